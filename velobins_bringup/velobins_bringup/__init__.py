@@ -1,0 +1,1 @@
+"""Launch files, parameter files and the RViz configuration of the VeloBins suite."""

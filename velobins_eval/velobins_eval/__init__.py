@@ -1,0 +1,1 @@
+"""Dataset adapters, simulation, rosbag2 conversion, replay, metrics, reports and the velobins command line."""

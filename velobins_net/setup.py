@@ -1,0 +1,24 @@
+"""Build script of velobins_net (ament_python)."""
+
+from setuptools import find_packages, setup
+
+PACKAGE = "velobins_net"
+
+setup(
+    name=PACKAGE,
+    version="0.1.0",
+    packages=find_packages(exclude=["test"]),
+    data_files=[
+        ("share/ament_index/resource_index/packages", ["resource/" + PACKAGE]),
+        ("share/" + PACKAGE, ["package.xml"]),
+    ],
+    install_requires=["setuptools"],
+    zip_safe=True,
+    maintainer="VeloBins maintainers",
+    maintainer_email="maintainers@velobins.dev",
+    description="VeloBins network: encoder, bin decoder, labels, losses, training, inference, node.",
+    license="BSD-3-Clause",
+    entry_points={
+        "console_scripts": ["velobins_net_node = velobins_net.node:main"],
+    },
+)

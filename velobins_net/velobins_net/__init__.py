@@ -1,0 +1,1 @@
+"""VeloBins network: encoder, bin decoder, labels, losses, training, streaming inference, export, node."""
