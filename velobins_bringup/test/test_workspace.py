@@ -1,0 +1,50 @@
+"""Workspace-level checks: every package imports, executables are installed, lint is clean,
+and no path of the build machine is committed."""
+
+from __future__ import annotations
+
+import importlib
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PYTHON_PACKAGES = ("velobins_net", "velobins_ekf", "velobins_eval", "velobins_bringup")
+
+
+@pytest.mark.parametrize("package", PYTHON_PACKAGES)
+def test_package_imports(package: str) -> None:
+    module = importlib.import_module(package)
+    assert module.__doc__, f"{package} needs a module docstring saying what it is for"
+
+
+@pytest.mark.ros
+def test_messages_import(ros_domain: int) -> None:
+    from velobins_msgs.msg import RotorSpeeds, VelocityEstimate
+
+    assert len(VelocityEstimate().covariance) == 9
+    assert {RotorSpeeds.KIND_RAD_PER_SEC, RotorSpeeds.KIND_RPM, RotorSpeeds.KIND_NORMALIZED} == {0, 1, 2}
+
+
+def test_ruff_clean() -> None:
+    ruff = shutil.which("ruff") or str(Path(sys.executable).with_name("ruff"))
+    lint = subprocess.run([ruff, "check", "--no-cache", str(ROOT)], capture_output=True, text=True)
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    fmt = subprocess.run([ruff, "format", "--check", "--no-cache", str(ROOT)], capture_output=True, text=True)
+    assert fmt.returncode == 0, fmt.stdout + fmt.stderr
+
+
+def test_no_machine_paths_committed() -> None:
+    files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    needles = (str(ROOT), "/opt/python/cp311")
+    offenders = []
+    for name in files:
+        path = ROOT / name
+        if (name.endswith(".py") and "test_workspace" in name) or not path.is_file():
+            continue
+        text = path.read_text(errors="ignore")
+        offenders += [f"{name}: {needle}" for needle in needles if needle in text]
+    assert not offenders, offenders
