@@ -1,0 +1,89 @@
+"""The ``velobins`` command line: one entry point for the offline side of the suite.
+
+Subcommands (``velobins <command> --help`` for each):
+
+* ``simulate``  — simulated flights (rotorpy) written as plain CSV;
+* ``convert``   — a flight (any adapter) to a rosbag2 with the VeloBins topics;
+* ``train``     — train a VeloBins variant or the regression baseline;
+* ``evaluate``  — network-only and EKF-fused metrics of checkpoints on a directory of flights;
+* ``demo``      — the README's main job: simulate, train, convert, replay through the ROS graph, report.
+
+Heavy imports (torch, rotorpy) happen inside the subcommands so ``velobins --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+DATASET_KINDS = ("nanobench", "aiio", "tiiratm", "neurobem", "csv")
+
+
+def _cmd_convert(args: argparse.Namespace) -> int:
+    from .bag import write_bag
+    from .datasets import load_sequence
+
+    seq = load_sequence(args.dataset, args.input)
+    info = write_bag(seq, args.output, storage=args.storage)
+    print(
+        f"{args.output}: {info.messages} messages, {seq.duration:.1f} s of '{seq.name}' "
+        f"({len(seq)} IMU samples at {seq.rate_hz:.0f} Hz, {seq.num_rotors} rotors, {seq.rotor_kind})"
+        + (f", stamps shifted by +{info.stamp_offset:g} s" if info.stamp_offset else "")
+    )
+    return 0
+
+
+def _add_convert(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("convert", help="convert a flight to a rosbag2 (/imu, /rotor_speeds, /ground_truth/odometry)")
+    p.add_argument("--dataset", required=True, choices=DATASET_KINDS, help="adapter that reads --input")
+    p.add_argument("--input", required=True, type=Path, help="flight file (or bag/dir, per adapter)")
+    p.add_argument("--output", required=True, type=Path, help="output bag directory (must not exist)")
+    p.add_argument("--storage", default="mcap", choices=("mcap", "sqlite3"), help="rosbag2 storage plugin")
+    p.set_defaults(func=_cmd_convert)
+
+
+def _delegate(module: str, function: str) -> Callable[[argparse.Namespace], int]:
+    """A subcommand implemented by ``module.function(argv)`` (keeps its own argparse)."""
+
+    def run(args: argparse.Namespace) -> int:
+        import importlib
+
+        return int(getattr(importlib.import_module(module, __package__), function)(args.rest) or 0)
+
+    return run
+
+
+DELEGATED = {
+    "simulate": (".sim.cli", "main_simulate", "simulate flights with rotorpy and write them as plain CSV"),
+    "train": (".train_cli", "main_train", "train a VeloBins variant or the regression baseline"),
+    "evaluate": (".evaluate", "main_evaluate", "evaluate checkpoints (network and EKF-fused) on flights"),
+    "demo": (".demo", "main_demo", "the main job: simulate, train, replay through the ROS graph, report"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="velobins", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_convert(sub)
+    for name, (module, function, help_text) in DELEGATED.items():
+        p = sub.add_parser(name, help=help_text, add_help=False)
+        p.add_argument("rest", nargs=argparse.REMAINDER)
+        p.set_defaults(func=_delegate(module, function))
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (FileNotFoundError, FileExistsError, ValueError) as exc:
+        print(f"velobins {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,173 @@
+"""Replay a VeloBins rosbag2 onto the ROS graph, publishing ``/clock`` from the bag's stamps.
+
+A small stand-in for ``ros2 bag play`` that runs where rosbag2 is not installable (PyPI ROS wheels)
+and that knows when a flight ends: it publishes ``True`` on a latched ``finished`` topic after the
+last message, so an eval node can write its report and the graph can shut down.
+
+Messages are published as the bag's serialized CDR bytes (no re-encoding), paced against the wall
+clock by ``rate`` (2.0 = twice real time). ``/clock`` carries the bag time of each batch of messages
+before the batch is published, so nodes running with ``use_sim_time`` see consistent stamps. With
+``loop`` the flight restarts and bag time jumps backwards, as with ``ros2 bag play --loop``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import rclpy
+from rcl_interfaces.msg import ParameterDescriptor
+from rclpy.executors import ExternalShutdownException
+from rclpy.node import Node
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from rosbags.rosbag2 import Reader
+from rosgraph_msgs.msg import Clock
+from std_msgs.msg import Bool
+
+from . import bag
+
+
+@dataclass
+class ReplayConfig:
+    """Parameters of the replay node (declared from these defaults)."""
+
+    bag: str = ""
+    """Bag directory written by ``velobins convert``."""
+    rate: float = 1.0
+    """Playback speed factor (wall seconds per bag second = 1 / rate)."""
+    start_offset: float = 0.0
+    """Seconds of the bag to skip at the start."""
+    loop: bool = False
+    """Restart at the end (bag time jumps backwards on every loop)."""
+    publish_clock: bool = True
+    """Publish /clock from the bag stamps (for use_sim_time)."""
+    exit_on_end: bool = True
+    """Shut the node down once the flight has been published (not with loop)."""
+    start_delay: float = 1.0
+    """Wall seconds to wait before the first message, so subscribers can discover the publishers."""
+    finished_topic: str = "/velobins/replay/finished"
+    """Latched std_msgs/Bool published True after the last message."""
+
+
+_DESCRIPTIONS = {
+    "bag": "rosbag2 directory to replay (written by `velobins convert`)",
+    "rate": "playback speed factor (2.0 = twice real time)",
+    "start_offset": "seconds of bag time to skip at the start [s]",
+    "loop": "restart at the end (bag time jumps backwards)",
+    "publish_clock": "publish /clock from bag stamps for use_sim_time nodes",
+    "exit_on_end": "shut down after the last message (ignored with loop)",
+    "start_delay": "wall time to wait for discovery before the first message [s]",
+    "finished_topic": "latched std_msgs/Bool set True when the flight has been published",
+}
+
+FINISHED_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+"""QoS of the finished flag: latched so a late subscriber still learns the flight ended."""
+
+
+def _sensor_topic(topic: str) -> bool:
+    return topic in (bag.TOPIC_IMU, bag.TOPIC_ROTOR)
+
+
+class ReplayNode(Node):
+    """Publishes a VeloBins bag (see module docstring)."""
+
+    def __init__(self) -> None:
+        super().__init__("velobins_replay")
+        defaults = ReplayConfig()
+        for name, description in _DESCRIPTIONS.items():
+            self.declare_parameter(name, getattr(defaults, name), ParameterDescriptor(description=description))
+        self.config = ReplayConfig(**{n: self.get_parameter(n).value for n in _DESCRIPTIONS})
+        if not self.config.bag:
+            raise ValueError("parameter 'bag' is required (a rosbag2 directory)")
+        if self.config.rate <= 0:
+            raise ValueError(f"parameter 'rate' must be > 0, got {self.config.rate}")
+        self.messages, self.publishers_by_topic = self._load(Path(self.config.bag))
+        self.clock_pub = self.create_publisher(Clock, "/clock", 10)
+        self.finished_pub = self.create_publisher(Bool, self.config.finished_topic, FINISHED_QOS)
+        self.done = threading.Event()
+        self.published = 0
+        self._thread = threading.Thread(target=self._play, name="replay", daemon=True)
+        self._thread.start()
+
+    def _load(self, path: Path):
+        """All messages of the VeloBins topics as (stamp_ns, topic, raw CDR), in stamp order."""
+        store = bag.typestore()
+        msgs: list[tuple[int, str, bytes]] = []
+        pubs = {}
+        with Reader(path) as reader:
+            conns = [c for c in reader.connections if c.topic in (bag.TOPIC_IMU, bag.TOPIC_ROTOR, bag.TOPIC_GT)]
+            if not conns:
+                raise ValueError(f"{path}: no VeloBins topics in bag")
+            for conn in conns:
+                msg_type = _ros_type(conn.msgtype)
+                qos = qos_profile_sensor_data if _sensor_topic(conn.topic) else 10
+                pubs[conn.topic] = self.create_publisher(msg_type, conn.topic, qos)
+            for conn, _, raw in reader.messages(connections=conns):
+                header = store.deserialize_cdr(raw, conn.msgtype).header
+                msgs.append((header.stamp.sec * 1_000_000_000 + header.stamp.nanosec, conn.topic, bytes(raw)))
+        msgs.sort(key=lambda m: m[0])
+        first = msgs[0][0] + round(self.config.start_offset * 1e9)
+        msgs = [m for m in msgs if m[0] >= first]
+        self.get_logger().info(
+            f"replaying {len(msgs)} messages ({(msgs[-1][0] - msgs[0][0]) * 1e-9:.1f} s) from {path} "
+            f"at {self.config.rate:g}x"
+        )
+        return msgs, pubs
+
+    def _play(self) -> None:
+        time.sleep(self.config.start_delay)
+        while rclpy.ok():
+            t_bag0 = self.messages[0][0]
+            t_wall0 = time.monotonic()
+            last_clock = None
+            for stamp, topic, raw in self.messages:
+                if not rclpy.ok():
+                    return
+                wait = t_wall0 + (stamp - t_bag0) * 1e-9 / self.config.rate - time.monotonic()
+                if wait > 0:
+                    time.sleep(wait)
+                if self.config.publish_clock and stamp != last_clock:
+                    clock = Clock()
+                    clock.clock.sec, clock.clock.nanosec = divmod(stamp, 1_000_000_000)
+                    self.clock_pub.publish(clock)
+                    last_clock = stamp
+                self.publishers_by_topic[topic].publish(raw)
+                self.published += 1
+            if not self.config.loop:
+                break
+            self.get_logger().info("loop: restarting the flight (bag time jumps backwards)")
+        self.finished_pub.publish(Bool(data=True))
+        self.get_logger().info(f"finished: {self.published} messages published")
+        self.done.set()
+
+
+def _ros_type(msgtype: str):
+    """The rclpy message class for a 'pkg/msg/Type' name."""
+    import importlib
+
+    pkg, _, name = msgtype.split("/")
+    return getattr(importlib.import_module(f"{pkg}.msg"), name)
+
+
+def main(args: list[str] | None = None) -> None:
+    rclpy.init(args=args)
+    node = None
+    try:
+        node = ReplayNode()
+        while rclpy.ok() and not (node.done.is_set() and node.config.exit_on_end and not node.config.loop):
+            rclpy.spin_once(node, timeout_sec=0.1)
+        if node.done.is_set():
+            time.sleep(0.5)  # let the latched finished flag and the last messages go out
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        if node is not None:
+            node.destroy_node()
+        if rclpy.ok():
+            rclpy.shutdown()
+
+
+if __name__ == "__main__":
+    main()
