@@ -13,4 +13,6 @@ export CMAKE_PREFIX_PATH="$_vb_venv${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
 export RMW_IMPLEMENTATION="${RMW_IMPLEMENTATION:-rmw_fastrtps_cpp}"
 # shellcheck disable=SC1091
 source "$_vb_root/install/local_setup.bash"
+# The `velobins` command line (ament_python puts console scripts in lib/<pkg>, the place `ros2 run` looks).
+export PATH="$_vb_root/install/velobins_eval/lib/velobins_eval:$PATH"
 unset _vb_root _vb_venv

@@ -64,7 +64,7 @@ DELEGATED = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="velobins", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="velobins", description="VeloBins: learned inertial odometry for drones.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_convert(sub)
     for name, (module, function, help_text) in DELEGATED.items():
