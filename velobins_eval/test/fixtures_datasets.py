@@ -1,0 +1,230 @@
+"""Fixture writers: synthetic flights written in each dataset's published on-disk schema.
+
+Each writer takes a :class:`Truth` (ground truth in VeloBins conventions) and writes it the way
+the dataset stores it (NanoBench acc in g and PWM 0..65535, TII-RATM column-major rotation,
+NeuroBEM body velocity, AI-IO RPM), so an adapter that converts correctly gets the truth back.
+"""
+
+from __future__ import annotations
+
+import gzip
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from scipy.spatial.transform import Rotation
+
+G = 9.80665
+
+
+@dataclass
+class Truth:
+    """A flight in Sequence conventions (world ENU, body FLU, q body->world xyzw, rotor 0..1)."""
+
+    t: np.ndarray
+    p: np.ndarray
+    q: np.ndarray
+    v: np.ndarray
+    acc: np.ndarray
+    gyro: np.ndarray
+    rotor: np.ndarray  # normalised [0, 1]; writers scale it to the dataset's unit
+
+
+def hover(n: int = 400, rate: float = 100.0) -> Truth:
+    """Hovering, level, yaw 0 at 1 m: specific force +g on body z."""
+    t = 1000.0 + np.arange(n) / rate
+    q = np.tile([0.0, 0.0, 0.0, 1.0], (n, 1))
+    acc = np.tile([0.0, 0.0, G], (n, 1))
+    return Truth(t, np.tile([0.0, 0.0, 1.0], (n, 1)), q, np.zeros((n, 3)), acc, np.zeros((n, 3)), np.full((n, 4), 0.6))
+
+
+def yaw90_forward_x(n: int = 400, rate: float = 100.0, speed: float = 1.0) -> Truth:
+    """Level flight along world +x at ``speed`` with yaw 90° (nose along +y): body v = (0, -speed, 0)."""
+    t = 1000.0 + np.arange(n) / rate
+    q = np.tile(Rotation.from_euler("z", 90, degrees=True).as_quat(), (n, 1))
+    p = np.stack([speed * (t - t[0]), np.zeros(n), np.ones(n)], axis=1)
+    v = np.tile([speed, 0.0, 0.0], (n, 1))
+    acc = np.tile([0.0, 0.0, G], (n, 1))
+    return Truth(t, p, q, v, acc, np.zeros((n, 3)), np.full((n, 4), 0.6))
+
+
+def _write_table(path: Path, header: list[str], data: np.ndarray) -> None:
+    text = ",".join(header) + "\n" + "\n".join(",".join(f"{x:.9f}" for x in row) for row in data) + "\n"
+    if path.suffix == ".gz":
+        with gzip.open(path, "wt") as fh:
+            fh.write(text)
+    else:
+        path.write_text(text)
+
+
+# ---------------------------------------------------------------------------------- NanoBench
+NANOBENCH_HEADER = [
+    "t", "px", "py", "pz", "qx", "qy", "qz", "qw", "vx", "vy", "vz",
+    "imu_acc_x", "imu_acc_y", "imu_acc_z", "imu_gyro_x", "imu_gyro_y", "imu_gyro_z",
+    "motor_motor_m1", "motor_motor_m2", "motor_motor_m3", "motor_motor_m4", "pwr_pm_vbat",
+]  # fmt: skip
+
+
+def nanobench_rows(tr: Truth, off_rows: int = 20) -> np.ndarray:
+    """NanoBench table (acc in g, PWM 0..65535) with ``off_rows`` motors-off rows at each end."""
+    n = tr.t.shape[0]
+    noise = np.random.default_rng(0).normal(0, 1e-3, (n, 6))  # real sensors are never collinear
+    pwm = tr.rotor * 65535.0
+    pwm[:off_rows] = 0.0
+    pwm[n - off_rows :] = 0.0
+    imu = np.hstack([tr.acc / G, tr.gyro]) + noise
+    return np.hstack([tr.t[:, None], tr.p, tr.q, tr.v, imu, pwm, np.full((n, 1), 4.0)])
+
+
+def write_nanobench(path: Path, tr: Truth, off_rows: int = 20, rows: np.ndarray | None = None) -> Path:
+    """Write a NanoBench CSV (``.csv`` or ``.csv.gz``) and its metadata YAML."""
+    _write_table(path, NANOBENCH_HEADER, nanobench_rows(tr, off_rows) if rows is None else rows)
+    stem = path.name.removesuffix(".gz").removesuffix(".csv")
+    path.with_name(f"{stem}_metadata.yaml").write_text("trajectory_type: circle\ncrazyflie_id: CF_test\n")
+    return path
+
+
+# ---------------------------------------------------------------------------------- TII-RATM
+TIIRATM_HEADER = [
+    "elapsed_time", "timestamp", "img_filename", "accel_x", "accel_y", "accel_z", "gyro_x", "gyro_y", "gyro_z",
+    *[f"thrust[{i}]" for i in range(4)], "vbat", "drone_x", "drone_y", "drone_z",
+    "drone_velocity_linear_x", "drone_velocity_linear_y", "drone_velocity_linear_z",
+    *[f"drone_rot[{i}]" for i in range(9)],
+]  # fmt: skip
+
+
+def write_tiiratm(path: Path, tr: Truth, frd: bool = False) -> Path:
+    """Write a TII-RATM 500 Hz CSV; ``drone_rot`` column-major; ``frd`` stores body FRD IMU axes."""
+    n = tr.t.shape[0]
+    flip = np.diag([1.0, -1.0, -1.0]) if frd else np.eye(3)
+    rot_cm = Rotation.from_quat(tr.q).as_matrix().transpose(0, 2, 1).reshape(n, 9)
+    cols = [
+        (tr.t - tr.t[0])[:, None], (tr.t * 1e6)[:, None], np.zeros((n, 1)), tr.acc @ flip, tr.gyro @ flip,
+        tr.rotor, np.full((n, 1), 16.0), tr.p, tr.v, rot_cm,
+    ]  # fmt: skip
+    data = np.hstack(cols)
+    header = ",".join(TIIRATM_HEADER)
+    lines = [
+        ",".join(f"{x:.9f}" if j != 2 else f"img_{i:05d}.jpg" for j, x in enumerate(r)) for i, r in enumerate(data)
+    ]
+    path.write_text(header + "\n" + "\n".join(lines) + "\n")
+    return path
+
+
+# ---------------------------------------------------------------------------------- NeuroBEM
+NEUROBEM_HEADER = [
+    "t", "ang acc x", "ang acc y", "ang acc z", "ang vel x", "ang vel y", "ang vel z",
+    "quat x", "quat y", "quat z", "quat w", "acc x", "acc y", "acc z", "vel x", "vel y", "vel z",
+    "pos x", "pos y", "pos z", "mot 1", "mot 2", "mot 3", "mot 4", "dmot 1", "dmot 2", "dmot 3", "dmot 4", "vbat",
+]  # fmt: skip
+
+NEUROBEM_MAX_RAD_S = 3000.0
+
+
+def write_neurobem(path: Path, tr: Truth) -> Path:
+    """Write a NeuroBEM processed CSV (body velocity, motor speeds in rad/s)."""
+    n = tr.t.shape[0]
+    v_body = Rotation.from_quat(tr.q).inv().apply(tr.v)
+    data = np.hstack([
+        tr.t[:, None], np.zeros((n, 3)), tr.gyro, tr.q, tr.acc, v_body, tr.p,
+        tr.rotor * NEUROBEM_MAX_RAD_S, np.zeros((n, 4)), np.full((n, 1), 16.0),
+    ])  # fmt: skip
+    _write_table(path, NEUROBEM_HEADER, data)
+    return path
+
+
+# ---------------------------------------------------------------------------------- AI-IO
+AIIO_MAX_RPM = 20000.0
+
+
+def write_aiio_hdf5(path: Path, tr: Truth, velocity_in_body: bool = False) -> Path:
+    """Write an AI-IO ``data.hdf5`` (traj_target = p, q xyzw, v; rotor_spd in RPM)."""
+    import h5py
+
+    v = Rotation.from_quat(tr.q).inv().apply(tr.v) if velocity_in_body else tr.v
+    with h5py.File(path, "w") as f:
+        f.create_dataset("ts", data=tr.t)
+        for kind in ("raw", "calib"):
+            f.create_dataset(f"gyro_{kind}", data=tr.gyro)
+            f.create_dataset(f"accel_{kind}", data=tr.acc)
+        f.create_dataset("traj_target", data=np.hstack([tr.p, tr.q, v]))
+        f.create_dataset("rotor_spd", data=tr.rotor * AIIO_MAX_RPM)
+        f.create_dataset("gyro_bias", data=np.zeros(3))
+        f.create_dataset("accel_bias", data=np.zeros(3))
+    return path
+
+
+def write_aiio_mcap(bag_dir: Path, tr: Truth, odom_rate_div: int = 2, esc_rate_div: int = 4, n_esc: int = 4) -> Path:
+    """Write an AI-IO-style ROS 2 mcap bag: IMU at every stamp, odometry (body twist) and ESC slower."""
+    from rosbags.rosbag2 import StoragePlugin, Writer
+    from rosbags.typesys.stores.ros2_humble import (
+        builtin_interfaces__msg__Time as Time,
+    )
+
+    from velobins_eval.datasets.aiio import ESC_STATUS_ITEM_MSG, ESC_STATUS_MSG, esc_typestore
+
+    store = esc_typestore()
+    types = store.types
+    Header, Imu, Odometry = types["std_msgs/msg/Header"], types["sensor_msgs/msg/Imu"], types["nav_msgs/msg/Odometry"]
+    Vector3, Quaternion = types["geometry_msgs/msg/Vector3"], types["geometry_msgs/msg/Quaternion"]
+    Point, Pose, Twist = (
+        types["geometry_msgs/msg/Point"],
+        types["geometry_msgs/msg/Pose"],
+        types["geometry_msgs/msg/Twist"],
+    )
+    PoseCov, TwistCov = types["geometry_msgs/msg/PoseWithCovariance"], types["geometry_msgs/msg/TwistWithCovariance"]
+    EscItem, Esc = types["mavros_msgs/msg/ESCStatusItem"], types["mavros_msgs/msg/ESCStatus"]
+
+    def header(ts: float, frame: str = "") -> object:
+        ts = float(ts)
+        sec = int(ts)
+        return Header(stamp=Time(sec=sec, nanosec=round((ts - sec) * 1e9)), frame_id=frame)
+
+    v_body = Rotation.from_quat(tr.q).inv().apply(tr.v)
+    with Writer(bag_dir, version=8, storage_plugin=StoragePlugin.MCAP) as w:
+        c_imu = w.add_connection("/mavros/imu/data", "sensor_msgs/msg/Imu", typestore=store)
+        c_odom = w.add_connection("/odom/global", "nav_msgs/msg/Odometry", typestore=store)
+        c_esc = w.add_connection(
+            "/mavros/esc",
+            "mavros_msgs/msg/ESCStatus",
+            typestore=store,
+            msgdef=ESC_STATUS_MSG + "\n" + ESC_STATUS_ITEM_MSG,
+        )
+        cov9, cov36 = np.zeros(9), np.zeros(36)
+        for i, ts in enumerate(tr.t):
+            stamp_ns = round(float(ts) * 1e9)
+            imu = Imu(
+                header=header(ts, "base_link"),
+                orientation=Quaternion(x=0.0, y=0.0, z=0.0, w=1.0),
+                orientation_covariance=cov9,
+                angular_velocity=Vector3(x=tr.gyro[i, 0], y=tr.gyro[i, 1], z=tr.gyro[i, 2]),
+                angular_velocity_covariance=cov9,
+                linear_acceleration=Vector3(x=tr.acc[i, 0], y=tr.acc[i, 1], z=tr.acc[i, 2]),
+                linear_acceleration_covariance=cov9,
+            )
+            w.write(c_imu, stamp_ns, store.serialize_cdr(imu, "sensor_msgs/msg/Imu"))
+            if i % odom_rate_div == 0:
+                pose = Pose(
+                    position=Point(x=tr.p[i, 0], y=tr.p[i, 1], z=tr.p[i, 2]),
+                    orientation=Quaternion(x=tr.q[i, 0], y=tr.q[i, 1], z=tr.q[i, 2], w=tr.q[i, 3]),
+                )
+                lin = Vector3(x=v_body[i, 0], y=v_body[i, 1], z=v_body[i, 2])
+                twist = Twist(linear=lin, angular=Vector3(x=0.0, y=0.0, z=0.0))
+                odom = Odometry(
+                    header=header(ts, "world"),
+                    child_frame_id="base_link",
+                    pose=PoseCov(pose=pose, covariance=cov36),
+                    twist=TwistCov(twist=twist, covariance=cov36),
+                )
+                w.write(c_odom, stamp_ns, store.serialize_cdr(odom, "nav_msgs/msg/Odometry"))
+            if i % esc_rate_div == 0:
+                rpm = tr.rotor[i] * AIIO_MAX_RPM
+                items = [
+                    EscItem(header=header(ts), rpm=int(rpm[k % 4]), voltage=16.0, current=1.0) for k in range(n_esc)
+                ]
+                w.write(
+                    c_esc,
+                    stamp_ns,
+                    store.serialize_cdr(Esc(header=header(ts), esc_status=items), "mavros_msgs/msg/ESCStatus"),
+                )
+    return bag_dir

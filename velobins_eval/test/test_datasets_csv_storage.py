@@ -1,0 +1,142 @@
+"""Plain-CSV format (round trip, header checks) and the npz storage / cache."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy.spatial.transform import Rotation
+
+from velobins_eval.datasets import DatasetError, load_sequence, read_csv, write_csv
+from velobins_eval.datasets.csv_format import expected_header
+from velobins_eval.sequence import Sequence, SequenceError
+from velobins_eval.storage import cache_path, load_cached, load_sequence_file, save_sequence
+
+
+def _seq(n: int = 300, k: int = 6, kind: str = "rpm") -> Sequence:
+    rng = np.random.default_rng(1)
+    t = 5.0 + np.arange(n) * 0.005 + rng.uniform(0, 1e-4, n)
+    q = Rotation.from_rotvec(rng.normal(0, 0.3, (n, 3))).as_quat()
+    rotor = rng.uniform(0, 1, (n, k)) * (1.0 if kind == "pwm" else 2000.0)
+    return Sequence(
+        name="my_flight",
+        t=t,
+        acc=rng.normal(0, 1, (n, 3)) + np.array([0.0, 0.0, 9.81]),
+        gyro=rng.normal(0, 1, (n, 3)),
+        rotor=rotor,
+        rotor_kind=kind,
+        p=rng.normal(0, 1, (n, 3)),
+        q=q,
+        v=rng.normal(0, 1, (n, 3)),
+        metadata={"platform": "hexa", "gravity": 9.79, "dataset": "sim"},
+    )
+
+
+@pytest.mark.parametrize("kind", ["rpm", "pwm"])
+def test_csv_round_trip_is_exact(kind: str, tmp_path: Path) -> None:
+    seq = _seq(kind=kind)
+    path = tmp_path / "my_flight.csv"
+    write_csv(seq, path)
+    back = read_csv(path)
+    assert back.name == "my_flight" and back.rotor_kind == kind and back.num_rotors == 6
+    for f in ("t", "acc", "gyro", "rotor", "p", "q", "v"):
+        np.testing.assert_array_equal(getattr(back, f), getattr(seq, f))
+    assert back.gravity == 9.79 and back.metadata["platform"] == "hexa" and back.metadata["dataset"] == "sim"
+    assert load_sequence("csv", path).num_rotors == 6
+
+
+def test_csv_header_error_lists_missing_and_unknown_and_shows_expected(tmp_path: Path) -> None:
+    path = tmp_path / "bad.csv"
+    write_csv(_seq(k=4), path)
+    text = path.read_text().replace("gyro_z", "gyro_zz").replace(",v_y", ",vy")
+    path.write_text(text)
+    with pytest.raises(DatasetError) as err:
+        read_csv(path)
+    msg = str(err.value)
+    assert "bad.csv" in msg and "['gyro_z', 'v_y']" in msg and "['gyro_zz', 'vy']" in msg
+    assert expected_header("rpm", 4) in msg
+
+
+def test_csv_rotor_count_comment_must_match(tmp_path: Path) -> None:
+    path = tmp_path / "r.csv"
+    write_csv(_seq(k=4), path)
+    path.write_text(path.read_text().replace("# rotors: 4", "# rotors: 6"))
+    with pytest.raises(DatasetError, match="rotors: 6"):
+        read_csv(path)
+
+
+@pytest.mark.parametrize("how", ["nan", "unsorted", "empty", "mixed_kind", "gap"])
+def test_csv_malformed(how: str, tmp_path: Path) -> None:
+    path = tmp_path / "m.csv"
+    write_csv(_seq(k=4), path)
+    lines = path.read_text().splitlines()
+    first_data = next(i for i, line in enumerate(lines) if not line.startswith("#")) + 1
+    if how == "nan":
+        cells = lines[first_data + 7].split(",")
+        cells[3] = "nan"
+        lines[first_data + 7] = ",".join(cells)
+    elif how == "unsorted":
+        lines[first_data + 3], lines[first_data + 4] = lines[first_data + 4], lines[first_data + 3]
+    elif how == "empty":
+        lines = []
+    elif how == "mixed_kind":
+        lines[first_data - 1] = lines[first_data - 1].replace("rpm_2", "pwm_2")
+    elif how == "gap":
+        lines[first_data - 1] = lines[first_data - 1].replace("rpm_3", "rpm_7")
+    path.write_text("\n".join(lines) + "\n")
+    expected = {"nan": "acc_z", "unsorted": "strictly increasing", "empty": "empty", "mixed_kind": "mix"}
+    expected["gap"] = "without gaps"
+    with pytest.raises(DatasetError, match=expected[how]) as err:
+        read_csv(path)
+    assert "m.csv" in str(err.value)
+    if how == "nan":
+        assert err.value.row == 7
+
+
+def test_npz_round_trip(tmp_path: Path) -> None:
+    seq = _seq()
+    save_sequence(seq, tmp_path / "s.npz")
+    back = load_sequence_file(tmp_path / "s.npz")
+    for f in ("t", "acc", "gyro", "rotor", "p", "q", "v"):
+        np.testing.assert_array_equal(getattr(back, f), getattr(seq, f))
+    assert back.metadata == seq.metadata and back.name == seq.name and back.rotor_kind == seq.rotor_kind
+
+
+def test_cache_reused_until_source_changes(tmp_path: Path) -> None:
+    src = tmp_path / "flight.csv"
+    write_csv(_seq(), src)
+    cache = tmp_path / "cache"
+    first = load_cached("csv", src, cache)
+    cfile = cache_path("csv", src, cache)
+    assert cfile.is_file()
+    # Poison the cache's data while keeping its stamp: a reuse must return the poisoned value.
+    with np.load(cfile) as npz:
+        payload = dict(npz)
+    payload["acc"] = payload["acc"] + 1.0
+    with open(cfile, "wb") as fh:
+        np.savez(fh, **payload)
+    reused = load_cached("csv", src, cache)
+    np.testing.assert_allclose(reused.acc, first.acc + 1.0)
+    # Touching the source (new mtime) invalidates the cache: the real data comes back.
+    st = src.stat()
+    os.utime(src, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    fresh = load_cached("csv", src, cache)
+    np.testing.assert_array_equal(fresh.acc, first.acc)
+
+
+def test_cached_validation_error_names_the_source_file(tmp_path: Path) -> None:
+    src = tmp_path / "flight.csv"
+    write_csv(_seq(), src)
+    cache = tmp_path / "cache"
+    load_cached("csv", src, cache)
+    cfile = cache_path("csv", src, cache)
+    with np.load(cfile) as npz:
+        payload = dict(npz)
+    payload["q"] = payload["q"] * 2.0
+    with open(cfile, "wb") as fh:
+        np.savez(fh, **payload)
+    with pytest.raises(SequenceError) as err:
+        load_cached("csv", src, cache)
+    assert str(src) in str(err.value) and "'q'" in str(err.value)

@@ -1,0 +1,36 @@
+"""Errors raised by the dataset adapters.
+
+A :class:`DatasetError` always names the file and, where it applies, the column and the first
+bad row, so a user can open the file and look. It subclasses
+:class:`~velobins_eval.sequence.SequenceError`, so callers that catch the sequence contract's
+error also catch adapter errors.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from velobins_eval.sequence import SequenceError
+
+
+class DatasetError(SequenceError):
+    """A dataset file cannot be turned into a :class:`~velobins_eval.sequence.Sequence`.
+
+    Args:
+        source: the file (path) that is wrong.
+        column: the column, key or topic at fault (``"<file>"`` for whole-file problems).
+        message: what is wrong, in words.
+        row: first bad data row (0-based, header excluded), when there is one.
+    """
+
+    def __init__(self, source: str | Path, column: str, message: str, row: int | None = None):
+        super().__init__(str(source), column, message, row)
+        self.column = column
+
+
+class UnusableFlightError(DatasetError):
+    """The file is well formed but holds no usable flight (e.g. the motors never turned on).
+
+    :func:`velobins_eval.datasets.load_directory` skips such files with a warning instead of
+    failing the whole directory; every other :class:`DatasetError` is raised.
+    """

@@ -1,0 +1,59 @@
+"""Frame and unit conversions shared by the adapters, and the physical checks that verify them.
+
+Target conventions are those of :mod:`velobins_eval.sequence` (REP-103: world ENU z-up, body FLU,
+quaternion body->world scalar-last). The checks use the rigid-body kinematics every inertial
+odometry method relies on (paper §III, the EKF propagation of §III-E):
+
+    world acceleration  a_w = R f - g e_z,     f = body specific force,
+    world velocity      v_w = dp/dt,
+
+so a quantity in the wrong frame or with the wrong sign shows up as a large residual.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+from scipy.spatial.transform import Rotation
+
+FRD_TO_FLU = np.diag([1.0, -1.0, -1.0])
+"""Body FRD (aerospace, PX4/Betaflight) -> body FLU (REP-103): negate y and z."""
+
+
+def rotation_from_column_major(flat: np.ndarray) -> Rotation:
+    """Rotations from (T, 9) matrices stored column-major (``m[:, 3*c + r] = R[r, c]``)."""
+    mats = flat.reshape(-1, 3, 3).transpose(0, 2, 1)
+    return Rotation.from_matrix(mats)
+
+
+def world_acceleration_residual(t: np.ndarray, q: np.ndarray, v: np.ndarray, acc: np.ndarray, g: float) -> float:
+    """RMS of (R f - g e_z) - dv/dt [m/s^2]: small when acc, q and v agree in frame and sign."""
+    dv = np.gradient(v, t, axis=0)
+    aw = Rotation.from_quat(q).apply(acc) - np.array([0.0, 0.0, g])
+    return float(np.sqrt(np.mean((aw - dv) ** 2)))
+
+
+def velocity_frame(
+    t: np.ndarray, p: np.ndarray, q: np.ndarray, v_raw: np.ndarray, min_speed: float = 0.2
+) -> Literal["world", "body"] | None:
+    """Decide whether ``v_raw`` is world- or body-frame by comparing with dp/dt.
+
+    Returns ``None`` when the flight is too slow or both hypotheses fit equally (e.g. yaw ≈ 0
+    and level), i.e. the data cannot tell.
+    """
+    dp = np.gradient(p, t, axis=0)
+    if float(np.sqrt(np.mean(np.sum(dp**2, axis=1)))) < min_speed:
+        return None
+    err_world = float(np.sqrt(np.mean((v_raw - dp) ** 2)))
+    err_body = float(np.sqrt(np.mean((Rotation.from_quat(q).apply(v_raw) - dp) ** 2)))
+    if err_world < 0.5 * err_body:
+        return "world"
+    if err_body < 0.5 * err_world:
+        return "body"
+    return None
+
+
+def gravity_axis_sign(acc: np.ndarray) -> float:
+    """Sign of the median body-z specific force: +1 for FLU (hover reads +g), -1 for FRD."""
+    return 1.0 if float(np.median(acc[:, 2])) >= 0.0 else -1.0
