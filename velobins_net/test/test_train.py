@@ -1,0 +1,137 @@
+"""Training on synthetic flights: learns, is reproducible, resumes exactly, checkpoints validate, DDP runs."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from synthetic import make_flight
+
+from velobins_net.checkpoint import CheckpointError, read_checkpoint, save_checkpoint
+from velobins_net.config import CHECKPOINT_FORMAT_VERSION, ModelConfig
+from velobins_net.data import WindowDataset, fit_normalization, resample
+from velobins_net.inference import load_checkpoint
+from velobins_net.train import TrainConfig, train
+
+torch.set_num_threads(1)
+HERE = Path(__file__).resolve().parent
+TINY = ModelConfig(num_bins=32)
+
+
+def _cfg(**kw) -> TrainConfig:
+    base = {"model": TINY, "variant": "G+H^B", "epochs": 1, "stride": 10, "lr": 3e-3, "progress": False}
+    return TrainConfig(**(base | kw))
+
+
+def test_synthetic_training_beats_zero_velocity(tmp_path):
+    train_seqs = [make_flight(i) for i in range(4)]
+    val = [make_flight(10)]
+    zero_ave = float(np.linalg.norm(val[0].v[99::5], axis=1).mean())
+    res = train(_cfg(epochs=5, stride=4), train_seqs, val, tmp_path)
+    best = min(h.val_ave for h in res.history)
+    assert best < 0.4 * zero_ave, (best, zero_ave)
+    assert res.best_path.is_file() and res.last_path.is_file()
+    ck = read_checkpoint(res.best_path)
+    assert ck["format_version"] == CHECKPOINT_FORMAT_VERSION
+    assert ck["bins"]["velocity_range"] == pytest.approx(1.1 * max(np.abs(s.v).max() for s in train_seqs), rel=1e-6)
+    assert [d["name"] for d in ck["data"]["train"]] == [s.name for s in train_seqs]
+    model = load_checkpoint(res.best_path)
+    assert not model.training
+    np.testing.assert_allclose(model.encoder.norm_mean.numpy(), ck["normalization"]["mean"], rtol=1e-6)
+
+
+def test_reproducible_and_resume_is_exact(tmp_path):
+    seqs, val = [make_flight(1, duration=6.0)], [make_flight(2, duration=3.0)]
+    a = train(_cfg(epochs=2), seqs, val, tmp_path / "a")
+    b = train(_cfg(epochs=2), seqs, val, tmp_path / "b")
+    c1 = train(_cfg(epochs=1), seqs, val, tmp_path / "c")
+    c = train(_cfg(epochs=2, resume=str(c1.last_path)), seqs, val, tmp_path / "c")
+    sa, sb, sc = (read_checkpoint(r.last_path)["model_state"] for r in (a, b, c))
+    for k in sa:
+        torch.testing.assert_close(sa[k], sb[k], rtol=0, atol=0)
+        torch.testing.assert_close(sa[k], sc[k], rtol=0, atol=0)
+    assert [h.epoch for h in c.history] == [0, 1]
+
+
+def test_resume_with_other_config_or_format_is_a_clear_error(tmp_path):
+    seqs = [make_flight(1, duration=4.0)]
+    res = train(_cfg(), seqs, seqs, tmp_path)
+    with pytest.raises(CheckpointError, match="num_bins"):
+        train(_cfg(model=ModelConfig(num_bins=16), resume=str(res.last_path)), seqs, seqs, tmp_path / "x")
+    with pytest.raises(CheckpointError, match="variant"):
+        train(_cfg(variant="G^B", resume=str(res.last_path)), seqs, seqs, tmp_path / "y")
+    ck = read_checkpoint(res.last_path)
+    ck.pop("format_version")
+    bad = tmp_path / "old.pt"
+    torch.save(ck | {"format_version": 0}, bad)
+    with pytest.raises(CheckpointError, match="format_version"):
+        load_checkpoint(bad)
+    save_checkpoint(bad, {k: v for k, v in ck.items() if k != "bins"})
+    with pytest.raises(CheckpointError, match="bins"):
+        load_checkpoint(bad)
+
+
+def test_windows_resampling_and_normalisation():
+    seq = make_flight(3, duration=4.0, rate=400.0, kind="rpm")
+    ds = WindowDataset([seq], ModelConfig(rotor_kind="rpm"), stride=7)
+    assert ds.inputs.dtype == torch.float32 and ds.inputs.is_contiguous()
+    assert len(ds.inputs) == 400  # stamps 0 … 3.9975 s → grid 0 … 3.99 s at 100 Hz
+    x, y = ds.gather(torch.tensor([0, 3]))
+    assert x.shape == (2, 100, 10)
+    xi, yi = ds[3]
+    torch.testing.assert_close(x[1], xi)
+    torch.testing.assert_close(y[1], yi)
+    # target = body velocity at the window's last sample (resampled grid t = 0.01·k)
+    k = int(ds.ends[3])
+    expected = [np.interp(k * 0.01, seq.t, seq.v[:, i]) for i in range(3)]
+    np.testing.assert_allclose(yi.numpy(), expected, atol=1e-5)
+    np.testing.assert_allclose(
+        xi[-1, :3].numpy(), [np.interp(k * 0.01, seq.t, seq.acc[:, i]) for i in range(3)], atol=1e-4
+    )
+    norm = fit_normalization(ds.inputs, "rpm")
+    feat = ds.inputs.double().numpy()[:, 6:] ** 2
+    np.testing.assert_allclose(norm.mean[6:], feat.mean(0), rtol=1e-6)
+    t, v = resample(np.array([0.0, 0.01, 0.02]), np.array([[0.0], [1.0], [2.0]]), 100.0)
+    assert len(t) == 3 and v[2, 0] == 2.0
+    with pytest.raises(ValueError, match="rotor_kind"):
+        WindowDataset([seq], ModelConfig(rotor_kind="pwm"))
+
+
+DDP_SCRIPT = textwrap.dedent(
+    """
+    import sys, torch
+    sys.path.insert(0, {here!r})
+    torch.set_num_threads(1)
+    from synthetic import make_flight
+    from velobins_net.config import ModelConfig
+    from velobins_net.train import TrainConfig, train
+    cfg = TrainConfig(model=ModelConfig(num_bins=16), epochs=1, stride=10, progress=False, device="cpu")
+    res = train(cfg, [make_flight(1, duration=6.0)], [make_flight(2, duration=3.0)], {out!r})
+    print("RANK_DONE", res.history[-1].val_ave)
+    """
+)
+
+
+def test_distributed_data_parallel_two_cpu_processes(tmp_path):
+    script = tmp_path / "ddp_run.py"
+    script.write_text(DDP_SCRIPT.format(here=str(HERE), out=str(tmp_path / "out")))
+    env = os.environ | {"OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"]
+    cmd += ["--master_addr", "127.0.0.1", "--master_port", str(port), str(script)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=90, env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("RANK_DONE") == 2
+    vals = {line.split()[1] for line in proc.stdout.splitlines() if line.startswith("RANK_DONE")}
+    assert len(vals) == 1  # both ranks hold the same synchronised weights
+    ck = read_checkpoint(tmp_path / "out" / "last.pt")
+    assert ck["world_size"] == 2

@@ -1,0 +1,94 @@
+"""Checkpoint files: layout, atomic save, validated load.
+
+A checkpoint is a ``torch.save``d dict with a format version and everything needed to rebuild
+and audit the model without the training code's arguments: the model config, the variant,
+the bin grid and R, the input normalisation (also inside the state dict as buffers), the data
+it was trained on, the git commit, the optimizer and RNG states (for resuming), and history.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .config import CHECKPOINT_FORMAT_VERSION, ModelConfig
+from .model import VeloBinsNet
+
+REQUIRED_KEYS = ("format_version", "model_config", "variant", "bins", "normalization", "model_state")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file is missing, malformed, of another format version, or does not match."""
+
+    def __init__(self, path: str | Path, message: str):
+        super().__init__(f"{path}: {message}")
+        self.path = str(path)
+
+
+def git_commit() -> str | None:
+    """Commit hash of the source tree (best effort; None outside a git checkout)."""
+    try:
+        res = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=Path(__file__).resolve().parent,
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if res.returncode != 0:
+        return None
+    return res.stdout.strip() or None
+
+
+def save_checkpoint(path: str | Path, payload: dict[str, Any]) -> Path:
+    """Write ``payload`` atomically (temp file + rename) with the current format version."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {"format_version": CHECKPOINT_FORMAT_VERSION} | payload
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(payload, tmp)
+    os.replace(tmp, path)
+    return path
+
+
+def read_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    """Load and validate a checkpoint dict (format version, required keys)."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(path, "no such checkpoint file")
+    try:
+        ckpt = torch.load(path, map_location=map_location, weights_only=False)
+    except Exception as exc:  # torch raises many types for corrupt files
+        raise CheckpointError(path, f"not a readable checkpoint ({exc.__class__.__name__}: {exc})") from exc
+    if not isinstance(ckpt, dict):
+        raise CheckpointError(path, f"expected a dict, got {type(ckpt).__name__}")
+    version = ckpt.get("format_version")
+    if version != CHECKPOINT_FORMAT_VERSION:
+        raise CheckpointError(
+            path, f"field 'format_version' is {version!r}, this code reads version {CHECKPOINT_FORMAT_VERSION}"
+        )
+    missing = [k for k in REQUIRED_KEYS if k not in ckpt]
+    if missing:
+        raise CheckpointError(path, f"missing fields {missing}")
+    return ckpt
+
+
+def model_from_checkpoint(ckpt: dict[str, Any], path: str | Path = "<checkpoint>") -> VeloBinsNet:
+    """Rebuild the model (eval mode) from a checkpoint dict; errors name ``path`` and the field."""
+    try:
+        cfg = ModelConfig.from_dict(dict(ckpt["model_config"]), source=str(path))
+    except (TypeError, ValueError) as exc:
+        raise CheckpointError(path, f"field 'model_config' is invalid: {exc}") from exc
+    model = VeloBinsNet(cfg)
+    try:
+        model.load_state_dict(ckpt["model_state"])
+    except RuntimeError as exc:
+        raise CheckpointError(path, f"field 'model_state' does not match 'model_config': {exc}") from exc
+    return model.eval()

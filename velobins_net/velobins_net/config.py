@@ -1,0 +1,143 @@
+"""Configuration records and the constants of the method (one source of truth).
+
+Every number that the paper fixes (§III, "Implementation Details") lives here once; the rest of
+the package imports it. Configurations are frozen dataclasses so a checkpoint can store them as a
+plain dict and compare them field by field when it is loaded or resumed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+# ----------------------------------------------------------------------------- paper constants
+HUBER_DELTA = 0.1
+"""Huber transition point δ [m/s] (§III-D, eq:huber; Implementation Details)."""
+
+LAMBDA_HUBER = 1.0
+"""Weight λ_H of the Huber term (eq:total_loss)."""
+
+LAMBDA_KL = 1.0
+"""Weight λ_KL of the KL term (eq:total_loss)."""
+
+SIGMA_MIN_BIN_FRACTION = 0.1
+"""Label σ is clamped to at least this fraction of a bin width (Implementation Details)."""
+
+RANGE_MARGIN = 1.1
+"""R = RANGE_MARGIN × the training set's axis-wise max |body velocity| (Implementation Details)."""
+
+CHECKPOINT_FORMAT_VERSION = 1
+"""Bumped whenever the checkpoint layout changes; loading another version is an error."""
+
+ROTOR_KINDS = ("rpm", "pwm")
+"""Rotor signal kinds (mirrors velobins_eval.sequence.ROTOR_KINDS; net must not import eval)."""
+
+BIN_ENCODINGS = ("direct", "pe", "spe")
+"""Bin encodings of the bin decoder (§III-B, §V-D "Bin Encoding")."""
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Architecture of the network (§III-B) plus the input contract (window, rate, rotors).
+
+    Default widths give 69.8 k encoder parameters for K = 4 rotors (see :mod:`encoder`).
+
+    Attributes:
+        num_rotors: K, rotor channels of the input.
+        rotor_kind: ``"rpm"`` (rad/s, fed as squared speed) or ``"pwm"`` (normalised command, raw).
+        window_s: input window length [s] (paper: 1 s).
+        rate_hz: network input rate [Hz] (paper: 100 Hz).
+        update_rate_hz: streaming update rate [Hz] (paper: 20 Hz).
+        d_model: transformer width = D_h, the last-step feature size (paper: 48).
+        conv_channels: output channels of each per-modality convolution branch.
+        conv_kernel: kernel size of the branch convolutions (odd, 'same' padding).
+        num_heads: attention heads.
+        ffn_dim: transformer feed-forward width.
+        num_layers: transformer layers (paper: 2).
+        head: ``"bins"`` (VeloBins) or ``"reg"`` (AI-IO regression baseline).
+        num_bins: N bins per axis (paper: 512).
+        bin_encoding: ``"direct"``, ``"pe"`` or ``"spe"``.
+        enc_channels: C, channels of the (learnable) sine positional encoding (paper: 64).
+        enc_dim: D, projected bin-encoding size (paper: 32).
+        cov_head: add the log-σ covariance decoder beside the bins (M and B+C variants).
+        uncertainty: ``"B"``, ``"C"`` or ``"B+C"``: which variance the model reports.
+        velocity_range: R [m/s]; bins span [−R, R] on every axis.
+    """
+
+    num_rotors: int = 4
+    rotor_kind: str = "pwm"
+    window_s: float = 1.0
+    rate_hz: float = 100.0
+    update_rate_hz: float = 20.0
+    d_model: int = 48
+    conv_channels: int = 16
+    conv_kernel: int = 5
+    num_heads: int = 4
+    ffn_dim: int = 224
+    num_layers: int = 2
+    head: str = "bins"
+    num_bins: int = 512
+    bin_encoding: str = "spe"
+    enc_channels: int = 64
+    enc_dim: int = 32
+    cov_head: bool = False
+    uncertainty: str = "B"
+    velocity_range: float = 5.0
+
+    def __post_init__(self) -> None:
+        def bad(field_name: str, why: str) -> ValueError:
+            return ValueError(f"ModelConfig.{field_name}: {why}")
+
+        if self.rotor_kind not in ROTOR_KINDS:
+            raise bad("rotor_kind", f"must be one of {ROTOR_KINDS}, got {self.rotor_kind!r}")
+        if self.num_rotors < 1:
+            raise bad("num_rotors", f"must be >= 1, got {self.num_rotors}")
+        if self.window_len < 2:
+            raise bad("window_s", f"window of {self.window_s} s at {self.rate_hz} Hz has < 2 samples")
+        if self.head not in ("bins", "reg"):
+            raise bad("head", f"must be 'bins' or 'reg', got {self.head!r}")
+        if self.bin_encoding not in BIN_ENCODINGS:
+            raise bad("bin_encoding", f"must be one of {BIN_ENCODINGS}, got {self.bin_encoding!r}")
+        if self.num_bins < 2:
+            raise bad("num_bins", f"must be >= 2, got {self.num_bins}")
+        if self.d_model % self.num_heads:
+            raise bad("num_heads", f"d_model={self.d_model} is not divisible by {self.num_heads}")
+        if self.conv_kernel % 2 != 1:
+            raise bad("conv_kernel", f"must be odd for 'same' padding, got {self.conv_kernel}")
+        if self.uncertainty not in ("B", "C", "B+C"):
+            raise bad("uncertainty", f"must be 'B', 'C' or 'B+C', got {self.uncertainty!r}")
+        if self.head == "reg" and self.uncertainty != "C":
+            raise bad("uncertainty", "the regression head only has a covariance decoder ('C')")
+        if self.head == "bins" and "C" in self.uncertainty and not self.cov_head:
+            raise bad("uncertainty", f"{self.uncertainty!r} needs cov_head=True")
+        if not self.velocity_range > 0:
+            raise bad("velocity_range", f"must be > 0, got {self.velocity_range}")
+
+    @property
+    def window_len(self) -> int:
+        """Samples per window, T = round(window_s × rate_hz)."""
+        return round(self.window_s * self.rate_hz)
+
+    @property
+    def input_channels(self) -> int:
+        """Raw input channels: acc (3) + gyro (3) + rotor (K)."""
+        return 6 + self.num_rotors
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict for checkpoints."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], source: str = "<dict>") -> ModelConfig:
+        """Inverse of :meth:`to_dict`; unknown keys are an error naming ``source``."""
+        known = {f.name for f in fields(cls)}
+        unknown = set(d) - known
+        if unknown:
+            raise ValueError(f"{source}: unknown ModelConfig fields {sorted(unknown)}")
+        return cls(**d)
+
+
+def config_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """Human-readable list of fields where two config dicts differ (for clear mismatch errors)."""
+    keys = sorted(set(a) | set(b))
+    return [f"{k}: {a.get(k, '<missing>')!r} != {b.get(k, '<missing>')!r}" for k in keys if a.get(k) != b.get(k)]

@@ -1,0 +1,148 @@
+"""Training windows from flights: resampling, window indexing, normalisation statistics.
+
+Training accepts any objects with the :class:`SequenceLike` attributes (velobins_eval's
+``Sequence`` fits; the net package does not import eval). Each flight is resampled to the
+network rate by linear interpolation when its own rate differs, and all flights are stored
+back to back in one contiguous float32 array; a window is only an end index into it, so a
+batch is a single vectorised gather (no per-item Python work). The target of a window is the
+body-frame velocity Rᵀv at its last sample (§III-B, "last-step feature").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence as Seq
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from .config import ModelConfig
+
+_RATE_REL_TOL = 1e-3
+"""A flight whose median rate is within this relative tolerance of the network rate is used as is."""
+
+_MIN_STD = 1e-6
+"""Channels with a smaller training std (constant signals) are normalised with std = 1."""
+
+
+class SequenceLike(Protocol):
+    """What training needs from a flight (velobins_eval.sequence.Sequence satisfies it)."""
+
+    name: str
+    t: np.ndarray
+    acc: np.ndarray
+    gyro: np.ndarray
+    rotor: np.ndarray
+    rotor_kind: str
+    metadata: dict[str, Any]
+
+    def body_velocity(self) -> np.ndarray:
+        """(T, 3) ground-truth body velocity [m/s]."""
+        ...
+
+
+def resample(t: np.ndarray, values: np.ndarray, rate_hz: float) -> tuple[np.ndarray, np.ndarray]:
+    """Linear interpolation of (T, C) ``values`` onto the uniform grid t[0] + k/rate inside [t[0], t[-1]].
+
+    Returned unchanged when the stamps are already uniform at ``rate_hz``.
+    """
+    dt = np.diff(t)
+    period = 1.0 / rate_hz
+    if np.all(np.abs(dt - period) < _RATE_REL_TOL * period):
+        return t, values
+    n = int(np.floor((t[-1] - t[0]) * rate_hz + 1e-9)) + 1
+    grid = t[0] + np.arange(n) * period
+    out = np.empty((n, values.shape[1]), dtype=np.float64)
+    for c in range(values.shape[1]):
+        out[:, c] = np.interp(grid, t, values[:, c])
+    return grid, out
+
+
+def sequence_arrays(seq: SequenceLike, cfg: ModelConfig) -> tuple[np.ndarray, np.ndarray]:
+    """One flight → (inputs (T, 6+K) raw [acc, gyro, rotor], targets (T, 3) body velocity), at cfg.rate_hz."""
+    src = str(seq.metadata.get("source", seq.name)) if hasattr(seq, "metadata") else seq.name
+    if seq.rotor_kind != cfg.rotor_kind:
+        raise ValueError(f"{src}: field 'rotor_kind' is {seq.rotor_kind!r} but the model expects {cfg.rotor_kind!r}")
+    if seq.rotor.ndim != 2 or seq.rotor.shape[1] != cfg.num_rotors:
+        raise ValueError(f"{src}: field 'rotor' has shape {seq.rotor.shape}, model expects K={cfg.num_rotors}")
+    stacked = np.concatenate([seq.acc, seq.gyro, seq.rotor, seq.body_velocity()], axis=1)
+    _, res = resample(np.asarray(seq.t, dtype=np.float64), stacked, cfg.rate_hz)
+    return res[:, : cfg.input_channels], res[:, cfg.input_channels :]
+
+
+class WindowDataset(Dataset):
+    """All windows of a set of flights, over one contiguous float32 array.
+
+    Attributes:
+        inputs: (S, 6+K) raw inputs of every flight, back to back.
+        targets: (S, 3) body velocity of every sample.
+        ends: (W,) index (into ``inputs``) of each window's last sample.
+        window_len: T.
+        names: flight names, in order.
+    """
+
+    def __init__(self, seqs: Seq[SequenceLike], cfg: ModelConfig, stride: int = 1):
+        if stride < 1:
+            raise ValueError(f"WindowDataset.stride: must be >= 1, got {stride}")
+        self.window_len = cfg.window_len
+        ins, tgts, ends = [], [], []
+        offset = 0
+        self.names = [s.name for s in seqs]
+        for seq in seqs:
+            x, y = sequence_arrays(seq, cfg)
+            if len(x) >= self.window_len:
+                ends.append(offset + np.arange(self.window_len - 1, len(x), stride))
+            ins.append(x)
+            tgts.append(y)
+            offset += len(x)
+        if not ends:
+            raise ValueError(f"WindowDataset: no flight is longer than one window ({cfg.window_s} s)")
+        self.inputs = torch.from_numpy(np.concatenate(ins).astype(np.float32))
+        self.targets = torch.from_numpy(np.concatenate(tgts).astype(np.float32))
+        self.ends = torch.from_numpy(np.concatenate(ends).astype(np.int64))
+        self._offsets = torch.arange(-self.window_len + 1, 1)
+
+    def __len__(self) -> int:
+        return int(self.ends.shape[0])
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        e = int(self.ends[i])
+        return self.inputs[e - self.window_len + 1 : e + 1], self.targets[e]
+
+    def gather(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Windows ``idx`` (B,) → x (B, T, 6+K), y (B, 3) in one vectorised gather."""
+        e = self.ends[idx]
+        return self.inputs[e.unsqueeze(1) + self._offsets], self.targets[e]
+
+
+@dataclass(frozen=True)
+class Normalization:
+    """Per-channel training statistics of the encoder input (acc, gyro, rotor feature)."""
+
+    mean: np.ndarray
+    std: np.ndarray
+
+
+def fit_normalization(inputs: torch.Tensor, rotor_kind: str) -> Normalization:
+    """Mean/std per channel of the training inputs (S, 6+K), after the rotor transform (ω² for rpm)."""
+    x = inputs.to(torch.float64)
+    if rotor_kind == "rpm":
+        x = torch.cat([x[:, :6], x[:, 6:].square()], dim=1)
+    mean = x.mean(0)
+    std = x.std(0)
+    std = torch.where(std < _MIN_STD, torch.ones_like(std), std)
+    return Normalization(mean.numpy(), std.numpy())
+
+
+def describe_sources(seqs: Seq[SequenceLike]) -> list[dict[str, Any]]:
+    """Short description of the flights (name, source, dataset, samples) for checkpoints."""
+    out = []
+    for s in seqs:
+        meta = getattr(s, "metadata", {}) or {}
+        out.append(
+            {"name": s.name, "source": str(meta.get("source", "")), "dataset": str(meta.get("dataset", ""))}
+            | {"samples": len(s.t)}
+        )
+    return out

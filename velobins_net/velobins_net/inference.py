@@ -1,0 +1,183 @@
+"""Checkpoint loading and the streaming predictor used by the network node.
+
+:class:`StreamingPredictor` accepts IMU samples (t, acc, gyro) and rotor samples (t, values) at
+their own rates, keeps them in ring buffers, and at most at the configured update rate
+(paper: 20 Hz) resamples the last window onto the network's time grid ending at the latest IMU
+stamp (IMU linearly interpolated; rotor interpolated inside its samples and held beyond them)
+and runs the network. Every call that does not produce an estimate says why in ``counts``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .checkpoint import model_from_checkpoint, read_checkpoint
+from .model import VeloBinsNet
+
+REASONS = ("ok", "rate_limited", "insufficient_imu", "no_rotor", "rotor_stale", "out_of_order", "non_finite")
+"""Outcome names counted by :class:`StreamingPredictor`."""
+
+
+def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> VeloBinsNet:
+    """Model in eval mode from a checkpoint written by :func:`velobins_net.train.train`."""
+    return model_from_checkpoint(read_checkpoint(path, map_location=device), path).to(device)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """One network estimate.
+
+    Attributes:
+        stamp: time of the window's last sample (the latest IMU stamp) [s].
+        velocity: (3,) body-frame velocity v̂ [m/s].
+        variance: (3,) its variance σ̂² [m²/s²] (diagonal covariance).
+        probs: (3, N) bin distribution π, or None (not requested / regression model).
+    """
+
+    stamp: float
+    velocity: np.ndarray
+    variance: np.ndarray
+    probs: np.ndarray | None = None
+
+
+class _Ring:
+    """Append-only time-stamped buffer keeping at least ``keep`` rows (amortised O(1) append)."""
+
+    def __init__(self, width: int, keep: int):
+        self.keep = keep
+        self.t = np.empty(2 * keep)
+        self.x = np.empty((2 * keep, width))
+        self.n = 0
+
+    def append(self, t: float, x: np.ndarray) -> None:
+        if self.n == len(self.t):
+            self.t[: self.keep] = self.t[self.n - self.keep : self.n]
+            self.x[: self.keep] = self.x[self.n - self.keep : self.n]
+            self.n = self.keep
+        self.t[self.n] = t
+        self.x[self.n] = x
+        self.n += 1
+
+    @property
+    def last_t(self) -> float | None:
+        return float(self.t[self.n - 1]) if self.n else None
+
+    def view(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.t[: self.n], self.x[: self.n]
+
+
+def _interp(grid: np.ndarray, t: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """Linear interpolation of every column of x (S, C) at ``grid``; held constant outside [t_0, t_end]."""
+    if len(t) == 1:
+        return np.repeat(x, len(grid), axis=0)
+    j = np.clip(np.searchsorted(t, grid, side="right"), 1, len(t) - 1)
+    t0, t1 = t[j - 1], t[j]
+    w = np.clip((grid - t0) / (t1 - t0), 0.0, 1.0)[:, None]
+    return x[j - 1] * (1.0 - w) + x[j] * w
+
+
+class StreamingPredictor:
+    """Windowed, rate-limited inference on live IMU and rotor streams.
+
+    Args:
+        model: network (eval mode is enforced).
+        max_rotor_age: the newest rotor sample may be at most this old relative to the newest IMU
+            stamp [s]; otherwise no estimate (``rotor_stale``).
+        update_rate_hz: maximum estimate rate; None = the model config's (paper: 20 Hz).
+        return_probs: include the bin distribution in each :class:`Prediction`.
+        max_imu_rate_hz: highest expected IMU/rotor rate [Hz]; sizes the ring buffers (window + 0.5 s).
+    """
+
+    def __init__(
+        self,
+        model: VeloBinsNet,
+        max_rotor_age: float = 0.1,
+        update_rate_hz: float | None = None,
+        return_probs: bool = False,
+        max_imu_rate_hz: float = 1000.0,
+    ):
+        self.model = model.eval()
+        cfg = model.cfg
+        self.window_len = cfg.window_len
+        self.rate_hz = cfg.rate_hz
+        self.period = 1.0 / (update_rate_hz or cfg.update_rate_hz)
+        self.max_rotor_age = max_rotor_age
+        self.return_probs = return_probs and model.bins is not None
+        keep = int(np.ceil((cfg.window_s + 0.5) * max_imu_rate_hz)) + 8
+        self._imu = _Ring(6, keep)
+        self._rotor = _Ring(cfg.num_rotors, keep)
+        self._offsets = (np.arange(self.window_len) - (self.window_len - 1)) / self.rate_hz
+        self._last_run: float | None = None
+        self.counts: Counter[str] = Counter()
+        self._device = next(model.parameters()).device
+
+    def push_imu(self, t: float, acc: np.ndarray, gyro: np.ndarray) -> bool:
+        """Add one IMU sample (body specific force [m/s²], angular rate [rad/s]); False if rejected."""
+        row = np.concatenate([np.asarray(acc, dtype=np.float64), np.asarray(gyro, dtype=np.float64)])
+        if row.shape != (6,) or not np.all(np.isfinite(row)) or not np.isfinite(t):
+            self.counts["non_finite"] += 1
+            return False
+        last = self._imu.last_t
+        if last is not None and t <= last:
+            self.counts["out_of_order"] += 1
+            return False
+        self._imu.append(float(t), row)
+        return True
+
+    def push_rotor(self, t: float, values: np.ndarray) -> bool:
+        """Add one rotor sample (K values, rad/s or normalised PWM as the model was trained); False if rejected."""
+        row = np.asarray(values, dtype=np.float64).reshape(-1)
+        if row.shape != (self._rotor.x.shape[1],) or not np.all(np.isfinite(row)) or not np.isfinite(t):
+            self.counts["non_finite"] += 1
+            return False
+        last = self._rotor.last_t
+        if last is not None and t <= last:
+            self.counts["out_of_order"] += 1
+            return False
+        self._rotor.append(float(t), row)
+        return True
+
+    def window(self) -> tuple[float, np.ndarray] | str:
+        """(stamp, (T, 6+K) window) on the grid ending at the latest IMU stamp, or the reason why not."""
+        t_imu, x_imu = self._imu.view()
+        if len(t_imu) < 2:
+            return "insufficient_imu"
+        stamp = float(t_imu[-1])
+        grid = stamp + self._offsets
+        if t_imu[0] > grid[0] + 1e-9:
+            return "insufficient_imu"
+        t_rot, x_rot = self._rotor.view()
+        if len(t_rot) == 0:
+            return "no_rotor"
+        if stamp - t_rot[-1] > self.max_rotor_age or t_rot[0] > grid[0] + self.max_rotor_age:
+            return "rotor_stale"
+        return stamp, np.concatenate([_interp(grid, t_imu, x_imu), _interp(grid, t_rot, x_rot)], axis=1)
+
+    def step(self) -> Prediction | None:
+        """Run the network if an update is due (by IMU stamps) and data allow it; else None (reason counted)."""
+        last = self._imu.last_t
+        if last is None:
+            self.counts["insufficient_imu"] += 1
+            return None
+        if self._last_run is not None and last - self._last_run < self.period - 1e-6:
+            self.counts["rate_limited"] += 1
+            return None
+        res = self.window()
+        if isinstance(res, str):
+            self.counts[res] += 1
+            return None
+        stamp, win = res
+        self._last_run = stamp
+        with torch.inference_mode():
+            x = torch.from_numpy(win.astype(np.float32)).unsqueeze(0).to(self._device)
+            out = self.model(x)
+        probs = None
+        if self.return_probs and out.logits is not None:
+            probs = torch.softmax(out.logits[0], dim=-1).cpu().numpy()
+        self.counts["ok"] += 1
+        return Prediction(stamp, out.v[0].cpu().numpy().astype(np.float64), out.var[0].cpu().numpy(), probs)
