@@ -75,7 +75,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser()
+    if argv and argv[0] in DELEGATED:
+        # Delegated subcommands parse their own options (argparse.REMAINDER drops leading '--x').
+        args = argparse.Namespace(command=argv[0], rest=argv[1:], func=_delegate(*DELEGATED[argv[0]][:2]))
+    else:
+        args = parser.parse_args(argv)
     try:
         return args.func(args)
     except (FileNotFoundError, FileExistsError, ValueError) as exc:

@@ -1,0 +1,121 @@
+"""``velobins train``: load flights with a dataset adapter and train one network variant.
+
+Variant names are the rows of the paper's Table II: ``H``, ``M``, ``G``, ``G+H``, ``M+H`` (bins)
+and ``reg`` (the AI-IO regression baseline, Reg (H+N)^C); ``--uncertainty`` picks the variance
+used downstream (``B`` bins, ``C`` covariance decoder, ``B+C`` their sum). Without ``--val``, the
+last flights of ``--data`` (``--val-fraction``) are held out for validation.
+
+Under ``torchrun --nproc_per_node N -m velobins_eval.train_cli ...`` the same command trains with
+DistributedDataParallel.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+from .cli import DATASET_KINDS
+
+VARIANTS = ("H", "M", "G", "G+H", "M+H", "reg")
+
+
+def variant_name(variant: str, uncertainty: str | None) -> str:
+    """Full Table II name, e.g. ``G+H`` + ``B`` -> ``G+H^B``; ``reg`` stays ``reg``."""
+    if variant == "reg":
+        if uncertainty not in (None, "C"):
+            raise ValueError(f"--uncertainty {uncertainty}: the regression baseline only has 'C'")
+        return "reg"
+    return f"{variant}^{uncertainty or 'B'}"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="velobins train", description=__doc__.split("\n\n")[0])
+    p.add_argument("--dataset", required=True, choices=DATASET_KINDS, help="adapter for --data/--val")
+    p.add_argument("--data", required=True, type=Path, help="directory of training flights")
+    p.add_argument("--val", type=Path, help="directory of validation flights (default: hold out from --data)")
+    p.add_argument("--val-fraction", type=float, default=0.1, help="share of --data held out when --val is absent")
+    p.add_argument("--variant", default="G+H", choices=VARIANTS, help="supervision (Table II)")
+    p.add_argument("--uncertainty", choices=("B", "C", "B+C"), help="variance source (default B; reg: C)")
+    p.add_argument("--encoding", default="spe", choices=("direct", "pe", "spe"), help="bin encoding (Table III)")
+    p.add_argument("--bins", type=int, default=512, help="bins per axis N")
+    p.add_argument("--epochs", type=int, default=100, help="epochs (paper: 100)")
+    p.add_argument("--stride", type=int, default=1, help="training window stride [samples] (paper: 1)")
+    p.add_argument("--val-stride", type=int, default=5, help="validation window stride [samples]")
+    p.add_argument("--batch-size", type=int, default=128, help="windows per step (paper: 128)")
+    p.add_argument("--lr", type=float, default=3e-4, help="Adam learning rate (paper: 3e-4)")
+    p.add_argument("--seed", type=int, default=0, help="seed of initialisation and shuffling")
+    p.add_argument("--best-metric", default="nll", choices=("nll", "ave"), help="validation metric for best.pt")
+    p.add_argument("--velocity-range", type=float, help="fixed R [m/s] (default 1.1 x training max)")
+    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"), help="training device")
+    p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--resume", type=Path, help="checkpoint (last.pt) to resume from")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--out", required=True, type=Path, help="output directory (best.pt, last.pt, history.json)")
+    return p
+
+
+def split_validation(seqs: list, fraction: float) -> tuple[list, list]:
+    """Hold out the last ``fraction`` of flights (at least one) for validation."""
+    if len(seqs) < 2:
+        raise ValueError("need at least 2 flights to hold one out for validation (or pass --val)")
+    n_val = max(1, round(len(seqs) * fraction))
+    return seqs[:-n_val], seqs[-n_val:]
+
+
+def main_train(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    import torch
+
+    from velobins_net.config import ModelConfig
+    from velobins_net.train import TrainConfig, train
+
+    from .datasets import load_directory
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    seqs = load_directory(args.dataset, args.data)
+    if args.val is not None:
+        train_seqs, val_seqs = seqs, load_directory(args.dataset, args.val)
+    else:
+        train_seqs, val_seqs = split_validation(seqs, args.val_fraction)
+    if not train_seqs or not val_seqs:
+        raise ValueError(f"no usable flights found (train: {len(train_seqs)}, val: {len(val_seqs)})")
+    kinds = {s.rotor_kind for s in train_seqs + val_seqs}
+    rotors = {s.num_rotors for s in train_seqs + val_seqs}
+    if len(kinds) != 1 or len(rotors) != 1:
+        raise ValueError(f"flights mix rotor kinds {sorted(kinds)} or rotor counts {sorted(rotors)}")
+    model = ModelConfig(num_rotors=rotors.pop(), rotor_kind=kinds.pop(), num_bins=args.bins, bin_encoding=args.encoding)
+    cfg = TrainConfig(
+        model=model,
+        variant=variant_name(args.variant, args.uncertainty),
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        stride=args.stride,
+        val_stride=args.val_stride,
+        seed=args.seed,
+        best_metric=args.best_metric,
+        device=args.device,
+        velocity_range=args.velocity_range,
+        resume=str(args.resume) if args.resume else None,
+        progress=not args.no_progress,
+        data_description=f"{args.dataset}: train {args.data} ({len(train_seqs)} flights), "
+        f"val {args.val or 'held out'} ({len(val_seqs)} flights)",
+    )
+    print(f"training {cfg.variant} on {len(train_seqs)} flights, validating on {len(val_seqs)} -> {args.out}")
+    result = train(cfg, train_seqs, val_seqs, args.out)
+    history = [dataclasses.asdict(h) for h in result.history]
+    (Path(args.out) / "history.json").write_text(json.dumps(history, indent=1))
+    if result.history:
+        print(f"{'epoch':>5} {'loss':>9} {'val AVE':>8} {'val NLL':>8} {'win/s':>7}")
+        for h in result.history:
+            print(f"{h.epoch:>5} {h.train_loss:>9.4f} {h.val_ave:>8.4f} {h.val_nll:>8.3f} {h.windows_per_s:>7.0f}")
+    print(f"best: epoch {result.best_epoch}, val {args.best_metric} {result.best_value:.4f} -> {result.best_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main_train())
