@@ -1,0 +1,231 @@
+"""Scoring flights: network alone and EKF-fused, offline or from a recorded ROS graph run.
+
+One path for every number in a report (paper §IV-A, DESIGN.md "Metrics"):
+
+* :func:`predict_flight` runs the network with the same :class:`StreamingPredictor` the network
+  node uses (same windows, same 20 Hz schedule);
+* :func:`fuse_flight` runs the same :class:`VelocityEkf` the EKF node uses, started from ground
+  truth (no alignment), and keeps the fused state right after each update;
+* :func:`score` turns a :class:`FlightRecord` (offline, or recorded by the eval node from topics)
+  into :class:`~velobins_eval.metrics.FlightMetrics` with :mod:`velobins_eval.metrics`;
+* :func:`imu_only_flight` is the IMU-integration baseline: the same filter with no updates.
+
+``velobins evaluate`` (:func:`main_evaluate`) applies this to checkpoints on a directory of flights
+and writes the report of :mod:`velobins_eval.report`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from . import metrics
+from .sequence import Sequence
+
+
+@dataclass
+class FlightRecord:
+    """What one method produced on one flight, sampled at its velocity-update stamps.
+
+    Attributes:
+        flight: flight name.
+        method: method label (variant name, ``imu-only``).
+        t: (U,) update stamps [s].
+        v_net, var_net: (U, 3) network body velocity [m/s] and variances [m²/s²] (NaN for imu-only).
+        p_fused: (U, 3) fused world position right after each update [m].
+        v_fused: (U, 3) fused world velocity right after each update [m/s].
+        cov_fused: (U, 3, 3) covariance of ``v_fused`` (NaN for imu-only).
+        t_traj, p_traj: the fused trajectory at full rate, for plots.
+    """
+
+    flight: str
+    method: str
+    t: np.ndarray
+    v_net: np.ndarray
+    var_net: np.ndarray
+    p_fused: np.ndarray
+    v_fused: np.ndarray
+    cov_fused: np.ndarray
+    t_traj: np.ndarray
+    p_traj: np.ndarray
+
+
+@dataclass
+class GroundTruth:
+    """Ground-truth stream (``Sequence`` fields) of a flight; from a Sequence or recorded from a topic."""
+
+    t: np.ndarray
+    p: np.ndarray
+    q: np.ndarray
+    v: np.ndarray
+
+    @classmethod
+    def of(cls, seq: Sequence) -> GroundTruth:
+        return cls(seq.t, seq.p, seq.q, seq.v)
+
+    def at(self, t: np.ndarray) -> metrics.GroundTruthAt:
+        return metrics.interpolate_ground_truth(self.t, self.p, self.q, self.v, t)
+
+
+def ground_truth_state(seq: Sequence, index: int = 0):
+    """EKF NavState of the ground truth at row ``index`` (the evaluation starts the filter there)."""
+    from velobins_ekf.ekf import NavState
+
+    return NavState.from_pose(seq.q[index], seq.v[index], seq.p[index])
+
+
+def predict_flight(model, seq: Sequence, update_rate_hz: float | None = None) -> tuple[np.ndarray, ...]:
+    """Network estimates over a flight as the node computes them: (t (U,), v (U, 3), var (U, 3))."""
+    from velobins_net.inference import StreamingPredictor
+
+    predictor = StreamingPredictor(model, update_rate_hz=update_rate_hz)
+    ts, vs, vars_ = [], [], []
+    for i in range(len(seq)):
+        t = float(seq.t[i])
+        predictor.push_rotor(t, seq.rotor[i])
+        predictor.push_imu(t, seq.acc[i], seq.gyro[i])
+        pred = predictor.step()
+        if pred is not None:
+            ts.append(pred.stamp)
+            vs.append(pred.velocity)
+            vars_.append(pred.variance)
+    if not ts:
+        raise ValueError(f"{seq.source}: flight too short for one network window ({seq.duration:.2f} s)")
+    return np.asarray(ts), np.asarray(vs), np.asarray(vars_)
+
+
+def fuse_flight(seq: Sequence, t: np.ndarray, v: np.ndarray, var: np.ndarray, method: str, ekf_config=None):
+    """EKF-fused record of a flight given network estimates (filter started from ground truth)."""
+    from velobins_ekf.offline import run_offline
+
+    res = run_offline(seq.t, seq.acc, seq.gyro, t, v, var, init_state=ground_truth_state(seq), config=ekf_config)
+    ups = [u for u in res.updates if u.accepted]
+    if not ups:
+        raise ValueError(f"{seq.source}: the filter applied no update (stats: {res.stats})")
+    t_upd = np.array([u.stamp for u in ups])
+    index = np.searchsorted(t, t_upd)
+    p_at = np.stack([np.interp(t_upd, res.t, res.pos[:, i]) for i in range(3)], axis=1)
+    return FlightRecord(
+        flight=seq.name,
+        method=method,
+        t=t_upd,
+        v_net=v[index],
+        var_net=var[index],
+        p_fused=p_at,
+        v_fused=np.array([u.vel_world for u in ups]),
+        cov_fused=np.array([u.vel_world_cov for u in ups]),
+        t_traj=res.t,
+        p_traj=res.pos,
+    )
+
+
+def imu_only_flight(seq: Sequence, t_eval: np.ndarray, ekf_config=None) -> FlightRecord:
+    """IMU integration from the ground-truth start (the EKF with no updates), sampled at ``t_eval``."""
+    from velobins_ekf.offline import run_offline
+
+    empty = np.empty((0, 3))
+    res = run_offline(
+        seq.t,
+        seq.acc,
+        seq.gyro,
+        np.empty(0),
+        empty,
+        np.empty((0, 3, 3)),
+        ground_truth_state(seq),
+        config=ekf_config,
+        keep_updates=False,
+    )
+    interp = lambda a: np.stack([np.interp(t_eval, res.t, a[:, i]) for i in range(3)], axis=1)  # noqa: E731
+    nan3 = np.full((t_eval.size, 3), np.nan)
+    return FlightRecord(
+        seq.name,
+        "imu-only",
+        t_eval,
+        nan3,
+        nan3,
+        interp(res.pos),
+        interp(res.vel),
+        np.full((t_eval.size, 3, 3), np.nan),
+        res.t,
+        res.pos,
+    )
+
+
+def score(record: FlightRecord, gt: GroundTruth) -> metrics.FlightMetrics:
+    """Paper metrics of one record against ground truth (NaN where a method has no such output)."""
+    at = gt.at(record.t)
+    if np.all(np.isfinite(record.cov_fused)):
+        return metrics.flight_metrics(
+            at, record.v_net, record.var_net, record.p_fused, record.v_fused, record.cov_fused
+        )
+    return metrics.FlightMetrics(
+        net_ave=math.nan,
+        net_nll=math.nan,
+        ave=metrics.ave(record.v_fused, at.v),
+        rte=metrics.rte(at.t, record.p_fused, at.p),
+        ate=metrics.ate(record.p_fused, at.p),
+        nees_median=math.nan,
+        nees_in_bounds=math.nan,
+    )
+
+
+def evaluate_checkpoint(path: Path, seqs: list[Sequence], ekf_config=None, progress: bool = True):
+    """(method label, {flight: record}) of one checkpoint on ``seqs``."""
+    from tqdm import tqdm
+
+    from velobins_net.inference import load_checkpoint
+
+    from .report import method_label
+
+    model = load_checkpoint(path)
+    label = method_label(path)
+    records = {}
+    for seq in tqdm(seqs, desc=f"evaluating {label}", unit="flight", disable=not progress):
+        t, v, var = predict_flight(model, seq)
+        records[seq.name] = fuse_flight(seq, t, v, var, label, ekf_config)
+    return label, records
+
+
+def main_evaluate(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="velobins evaluate", description="Network-only and EKF-fused metrics of checkpoints on flights."
+    )
+    parser.add_argument("--checkpoint", action="append", required=True, type=Path, help="checkpoint (repeatable)")
+    parser.add_argument("--dataset", required=True, help="adapter of --data (nanobench, csv, ...)")
+    parser.add_argument("--data", required=True, type=Path, help="directory of flights")
+    parser.add_argument("--out", required=True, type=Path, help="report directory")
+    parser.add_argument("--no-imu-only", action="store_true", help="skip the IMU-integration baseline")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads")
+    args = parser.parse_args(argv)
+    import torch
+
+    from .datasets import load_directory
+    from .report import write_report
+
+    torch.set_num_threads(args.threads)
+    seqs = load_directory(args.dataset, args.data)
+    all_records: dict[str, dict[str, FlightRecord]] = {}
+    for ckpt in args.checkpoint:
+        label, records = evaluate_checkpoint(ckpt, seqs)
+        all_records[label] = records
+    if not args.no_imu_only:
+        first = next(iter(all_records.values()))
+        all_records["imu-only"] = {s.name: imu_only_flight(s, first[s.name].t) for s in seqs}
+    gts = {s.name: GroundTruth.of(s) for s in seqs}
+    table = write_report(
+        all_records,
+        gts,
+        args.out,
+        {"dataset": args.dataset, "data": str(args.data), "checkpoints": [str(c) for c in args.checkpoint]},
+    )
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main_evaluate())
