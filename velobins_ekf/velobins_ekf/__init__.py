@@ -1,1 +1,22 @@
-"""Error-state EKF fusing IMU propagation with the learned body-frame velocity, and its node."""
+"""Error-state EKF fusing IMU propagation with the learned body-frame velocity, and its node.
+
+The core (no ROS): :class:`EkfConfig` (all tunables), :class:`ErrorStateEkf` (state, propagation,
+velocity update), :class:`VelocityEkf` (timestamped streams, late measurements, rejection
+counters) and :func:`run_offline` (a whole recorded flight).
+"""
+
+from velobins_ekf.config import EkfConfig
+from velobins_ekf.ekf import ErrorStateEkf, NavState, UpdateResult
+from velobins_ekf.offline import OfflineResult, run_offline
+from velobins_ekf.runner import FilterStats, VelocityEkf
+
+__all__ = [
+    "EkfConfig",
+    "ErrorStateEkf",
+    "FilterStats",
+    "NavState",
+    "OfflineResult",
+    "UpdateResult",
+    "VelocityEkf",
+    "run_offline",
+]

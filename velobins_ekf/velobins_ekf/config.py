@@ -1,0 +1,84 @@
+"""Configuration of the velocity-aided error-state EKF (paper §III-E).
+
+One dataclass, :class:`EkfConfig`, holds every tunable of the filter core and of the time
+handling wrapper; the ROS node maps its parameters onto it and nothing else defines a default.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+
+STANDARD_GRAVITY = 9.80665
+"""Default gravity magnitude [m/s²] (same value as ``velobins_eval.sequence``)."""
+
+
+@dataclass(frozen=True)
+class EkfConfig:
+    """Noise model, initial uncertainty, gravity, gating and history of the EKF.
+
+    IMU noise is the usual continuous-time model: white noise densities (``*_noise_density``)
+    and bias random walks (``*_random_walk``). The filter discretises them per IMU interval dt as
+    per-sample variances ``density² / dt`` (a sampled, zero-order-held IMU) and bias increments
+    ``random_walk² · dt`` (see :mod:`velobins_ekf.ekf`).
+    """
+
+    acc_noise_density: float = 0.02
+    """Accelerometer white noise [m/s²/√Hz]; MEMS drone IMUs 0.002–0.05 (vibration included). Typical 0.02."""
+    gyro_noise_density: float = 0.002
+    """Gyroscope white noise [rad/s/√Hz]; typical 1e-4 (datasheet) to 5e-3 (in flight). Typical 0.002."""
+    acc_random_walk: float = 1e-3
+    """Accelerometer bias random walk [m/s³/√Hz]; typical 1e-4–1e-2. Typical 1e-3."""
+    gyro_random_walk: float = 1e-4
+    """Gyroscope bias random walk [rad/s²/√Hz]; typical 1e-5–1e-3. Typical 1e-4."""
+    gravity: float = STANDARD_GRAVITY
+    """Gravity magnitude g [m/s²]; the world gravity vector is (0, 0, -g) (ENU, z up). Typical 9.80665."""
+
+    init_sigma_rot: float = math.radians(1.0)
+    """Initial roll/pitch standard deviation [rad] (per axis of the body-frame error). Typical 0.017."""
+    init_sigma_yaw: float = math.radians(1.0)
+    """Initial yaw standard deviation [rad] (applied to the world-z component). Typical 0.017 from ground
+    truth, up to π when yaw is unknown."""
+    init_sigma_vel: float = 0.1
+    """Initial velocity standard deviation [m/s] per axis. Typical 0.1."""
+    init_sigma_pos: float = 1e-3
+    """Initial position standard deviation [m] per axis, > 0 (position is unobservable; it only grows).
+    Typical 1e-3."""
+    init_sigma_acc_bias: float = 0.1
+    """Initial accelerometer bias standard deviation [m/s²] per axis. Typical 0.05–0.3."""
+    init_sigma_gyro_bias: float = 0.01
+    """Initial gyroscope bias standard deviation [rad/s] per axis. Typical 0.005–0.05."""
+
+    gate_enabled: bool = False
+    """χ² innovation gating of velocity updates. Off by default: the paper uses no gating (§III-E)."""
+    gate_threshold: float = 16.27
+    """NIS threshold (3 dof) above which an update is rejected when gating is on; 16.27 = χ²₃ 99.9 %."""
+
+    history_length: float = 1.0
+    """Seconds of IMU samples and filter snapshots kept to apply late (out-of-order) velocity
+    measurements at their own stamp; older measurements are dropped and counted. Typical 0.5–2."""
+    snapshot_period: float = 0.05
+    """Minimum spacing [s] of the state snapshots re-propagation starts from (one is also taken after
+    every update). Smaller = less re-propagation work per late measurement, more memory. Typical 0.05."""
+    max_pending: int = 100
+    """Velocity measurements waiting for IMU to reach their stamp, at most; beyond it the oldest is
+    dropped and counted. Typical 100."""
+    init_yaw: float = 0.0
+    """Yaw [rad] given to a self-initialised filter (yaw is unobservable from gravity). Typical 0."""
+    init_window: float = 0.2
+    """Seconds of IMU averaged for gravity alignment when the filter initialises itself. Typical 0.2–1."""
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, bool):
+                continue
+            if not math.isfinite(float(value)):
+                raise ValueError(f"EkfConfig.{f.name}: must be finite, got {value!r}")
+            nonneg = {"acc_random_walk", "gyro_random_walk"}
+            if f.name == "init_yaw":
+                continue
+            if f.name in nonneg and value < 0:
+                raise ValueError(f"EkfConfig.{f.name}: must be >= 0, got {value!r}")
+            if f.name not in nonneg and value <= 0:
+                raise ValueError(f"EkfConfig.{f.name}: must be > 0, got {value!r}")

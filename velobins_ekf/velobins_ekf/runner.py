@@ -1,0 +1,395 @@
+"""Time handling around the EKF core: timestamped IMU and velocity streams in, fused state out.
+
+:class:`VelocityEkf` is what the ROS node and the offline evaluation drive:
+
+* IMU samples propagate the filter over each interval with the mean of the two bounding samples
+  (second-order accurate, see :mod:`velobins_ekf.ekf`);
+* a velocity measurement stamped between IMU samples waits until the IMU stream passes its stamp,
+  then the filter propagates to the stamp (IMU linearly interpolated), updates, and propagates on;
+* a measurement older than the current state (network latency, reordering) is applied at its own
+  stamp: the filter restores the newest snapshot at or before the stamp and re-propagates the
+  stored IMU samples, re-applying the later measurements too, so the result equals in-order
+  processing. Older than ``history_length`` → dropped and counted;
+* non-finite inputs, non-increasing IMU stamps, duplicate measurement stamps and invalid
+  covariances are rejected and counted in :class:`FilterStats`; nothing non-finite reaches the core.
+
+Without an explicit :meth:`VelocityEkf.initialize`, the filter aligns itself with gravity from the
+last ``init_window`` seconds of IMU and takes its velocity from the first measurement
+(:mod:`velobins_ekf.init`).
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from velobins_ekf.config import EkfConfig
+from velobins_ekf.ekf import ErrorStateEkf, NavState, UpdateResult
+from velobins_ekf.init import state_from_alignment
+
+Sample = tuple[float, float, float, float, float, float]
+"""IMU sample values ``(ax, ay, az, gx, gy, gz)`` as plain floats."""
+
+
+@dataclass
+class FilterStats:
+    """What the wrapper did with its inputs (all counters; rejected inputs never reach the core)."""
+
+    imu_used: int = 0
+    """IMU samples accepted (propagated or buffered for alignment)."""
+    imu_nonfinite: int = 0
+    """IMU samples with a NaN/inf stamp or value, dropped."""
+    imu_out_of_order: int = 0
+    """IMU samples stamped before the previous sample (dt < 0), dropped."""
+    imu_duplicate: int = 0
+    """IMU samples with the previous sample's stamp (dt == 0), dropped."""
+    meas_applied: int = 0
+    """Velocity measurements fused (in order or late)."""
+    meas_late: int = 0
+    """Of those, measurements older than the state, applied by re-propagation."""
+    meas_gated: int = 0
+    """Measurements rejected by the χ² gate (only when gating is on)."""
+    meas_nonfinite: int = 0
+    """Measurements with a NaN/inf stamp, value or covariance, dropped."""
+    meas_bad_covariance: int = 0
+    """Measurements whose covariance is not 3x3 symmetric positive definite, dropped."""
+    meas_duplicate: int = 0
+    """Measurements with the stamp of one already received, dropped."""
+    meas_too_old: int = 0
+    """Measurements older than the stored history, dropped."""
+    meas_pending_overflow: int = 0
+    """Measurements ahead of the IMU stream dropped because more than ``max_pending`` waited."""
+    meas_before_init: int = 0
+    """Measurements received before the filter could initialise, dropped."""
+
+
+@dataclass(order=True)
+class _Measurement:
+    t: float
+    z: np.ndarray = field(compare=False)
+    cov: np.ndarray = field(compare=False)
+    counted: bool = field(default=False, compare=False)
+
+
+@dataclass
+class _Snapshot:
+    t: float
+    state: NavState
+    cov: np.ndarray
+    sample: Sample | None
+
+
+class VelocityEkf:
+    """Streaming velocity-aided EKF with out-of-order measurement handling (see module docstring).
+
+    Args:
+        config: filter configuration (:class:`EkfConfig` defaults when omitted).
+        keep_updates: append an :class:`UpdateResult` per fused measurement to :attr:`updates`.
+            A late measurement re-creates the records after its stamp, replacing the old ones.
+    """
+
+    def __init__(self, config: EkfConfig | None = None, keep_updates: bool = True):
+        self.config = config if config is not None else EkfConfig()
+        self.ekf = ErrorStateEkf(self.config)
+        self.stats = FilterStats()
+        self.keep_updates = keep_updates
+        self.updates: list[UpdateResult] = []
+        self._t: float | None = None  # time of the filter state
+        self._sample: Sample | None = None  # IMU value at the state time
+        self._last_imu_t: float | None = None
+        self._imu: deque[tuple[float, Sample]] = deque()
+        self._pending: list[_Measurement] = []
+        self._applied: deque[_Measurement] = deque()
+        self._snaps: deque[_Snapshot] = deque()
+        self._last_snap_t = -math.inf
+        self._init_buf: deque[tuple[float, Sample]] = deque()
+
+    # ------------------------------------------------------------------ public API
+    @property
+    def initialized(self) -> bool:
+        """True once the filter has a state (explicitly or by alignment)."""
+        return self._t is not None
+
+    @property
+    def time(self) -> float | None:
+        """Stamp [s] of the current filter state (None before initialisation)."""
+        return self._t
+
+    def initialize(self, t: float, state: NavState, cov: np.ndarray | None = None) -> None:
+        """Start the filter at stamp ``t`` from a full state (e.g. ground truth in evaluation)."""
+        if not math.isfinite(t):
+            raise ValueError(f"VelocityEkf.initialize: stamp must be finite, got {t!r}")
+        self.ekf.reset(state, cov)
+        self._t = float(t)
+        self._sample = None
+        self._imu.clear()
+        self._pending.clear()
+        self._applied.clear()
+        self._snaps.clear()
+        self._init_buf.clear()
+        self._take_snapshot()
+
+    def add_imu(self, t: float, acc: np.ndarray, gyro: np.ndarray) -> bool:
+        """Feed one IMU sample: stamp [s], specific force [m/s²] and rate [rad/s] (body frame).
+
+        Returns False (and counts why) when the sample is rejected.
+        """
+        try:
+            s: Sample = (
+                float(acc[0]),
+                float(acc[1]),
+                float(acc[2]),
+                float(gyro[0]),
+                float(gyro[1]),
+                float(gyro[2]),
+            )
+            t = float(t)
+        except (TypeError, IndexError, ValueError):
+            self.stats.imu_nonfinite += 1
+            return False
+        if not math.isfinite(t + s[0] + s[1] + s[2] + s[3] + s[4] + s[5]):
+            self.stats.imu_nonfinite += 1
+            return False
+        last = self._last_imu_t
+        if last is not None and t <= last:
+            if t == last:
+                self.stats.imu_duplicate += 1
+            else:
+                self.stats.imu_out_of_order += 1
+            return False
+        self._last_imu_t = t
+        self.stats.imu_used += 1
+        if self._t is None:
+            self._init_buf.append((t, s))
+            while self._init_buf and self._init_buf[0][0] < t - self.config.init_window:
+                self._init_buf.popleft()
+            return True
+        if t <= self._t:  # before the (explicit) initial stamp: best value at the state time so far
+            self._sample = s
+            return True
+        self._imu.append((t, s))
+        self._advance(t, s)
+        return True
+
+    def add_velocity(self, t: float, z_body: np.ndarray, cov: np.ndarray) -> bool:
+        """Feed one body-frame velocity measurement (stamp [s], (3,) [m/s], (3, 3) [m²/s²]).
+
+        Measurements ahead of the IMU stream wait for it; older ones are applied by
+        re-propagation. Returns False (and counts why) when the measurement is dropped.
+        """
+        try:
+            z = np.array(z_body, dtype=np.float64).reshape(3)
+            r = np.array(cov, dtype=np.float64)
+            t = float(t)
+        except (TypeError, ValueError):
+            self.stats.meas_nonfinite += 1
+            return False
+        if not (math.isfinite(t) and np.all(np.isfinite(z)) and np.all(np.isfinite(r))):
+            self.stats.meas_nonfinite += 1
+            return False
+        if r.shape != (3, 3) or not _is_spd(r):
+            self.stats.meas_bad_covariance += 1
+            return False
+        m = _Measurement(t, z, 0.5 * (r + r.T))
+        if self._t is None:
+            return self._try_align(m)
+        if self._is_duplicate(t):
+            self.stats.meas_duplicate += 1
+            return False
+        if t > self._t:
+            bisect.insort(self._pending, m)
+            if len(self._pending) > self.config.max_pending:
+                self._pending.pop(0)
+                self.stats.meas_pending_overflow += 1
+            return True
+        if t == self._t:
+            self._apply(m)
+            return True
+        return self._apply_late(m)
+
+    @property
+    def state(self) -> NavState:
+        """Current nominal state (a copy)."""
+        return self.ekf.state.copy()
+
+    def pop_updates(self) -> list[UpdateResult]:
+        """Return and forget the update records so far (a long-running node must drain them).
+
+        A late measurement re-fuses the measurements after its stamp; their new records then
+        appear again (same stamps, values that include the late one).
+        """
+        out, self.updates = self.updates, []
+        return out
+
+    @property
+    def position(self) -> np.ndarray:
+        """World position [m] at :attr:`time`."""
+        return self.ekf.position
+
+    @property
+    def quaternion(self) -> np.ndarray:
+        """Body->world quaternion ``(x, y, z, w)`` at :attr:`time`."""
+        return self.ekf.quaternion
+
+    @property
+    def velocity_world(self) -> np.ndarray:
+        """World velocity [m/s] at :attr:`time`."""
+        return self.ekf.velocity_world
+
+    @property
+    def velocity_body(self) -> np.ndarray:
+        """Body velocity ``Rᵀ v`` [m/s] at :attr:`time`."""
+        return self.ekf.velocity_body
+
+    @property
+    def covariance(self) -> np.ndarray:
+        """15x15 error-state covariance (see :mod:`velobins_ekf.ekf` for the order)."""
+        return self.ekf.covariance
+
+    def pose_covariance_ros(self) -> np.ndarray:
+        """6x6 pose covariance, ROS order (x, y, z, rotX, rotY, rotZ), rotation about odom axes."""
+        return self.ekf.pose_covariance_ros()
+
+    def twist_covariance_body(self) -> np.ndarray:
+        """3x3 covariance of the body-frame velocity (Odometry twist, linear part)."""
+        return self.ekf.twist_covariance_body()
+
+    # ------------------------------------------------------------------ internals
+    def _advance(self, t1: float, s1: Sample) -> None:
+        """Apply pending measurements up to ``t1`` at their stamps, then propagate to ``t1``."""
+        pending = self._pending
+        if not pending or pending[0].t > t1:  # hot path: one IMU interval, nothing to apply
+            s0 = self._sample if self._sample is not None else s1
+            self.ekf.propagate(
+                t1 - self._t,
+                (0.5 * (s0[0] + s1[0]), 0.5 * (s0[1] + s1[1]), 0.5 * (s0[2] + s1[2])),
+                (0.5 * (s0[3] + s1[3]), 0.5 * (s0[4] + s1[4]), 0.5 * (s0[5] + s1[5])),
+            )
+            self._t = t1
+            self._sample = s1
+            if t1 - self._last_snap_t >= self.config.snapshot_period:
+                self._take_snapshot()
+            return
+        while pending and pending[0].t <= t1:
+            m = pending.pop(0)
+            t0 = self._t
+            s0 = self._sample if self._sample is not None else s1
+            w = (m.t - t0) / (t1 - t0)
+            sm: Sample = tuple(a + w * (b - a) for a, b in zip(s0, s1, strict=True))  # type: ignore[assignment]
+            self._propagate_to(m.t, sm)
+            self._apply(m)
+        self._propagate_to(t1, s1)
+        if t1 - self._last_snap_t >= self.config.snapshot_period:
+            self._take_snapshot()
+
+    def _propagate_to(self, t: float, s: Sample) -> None:
+        dt = t - self._t
+        s0 = self._sample if self._sample is not None else s
+        if dt > 0.0:
+            self.ekf.propagate(
+                dt,
+                (0.5 * (s0[0] + s[0]), 0.5 * (s0[1] + s[1]), 0.5 * (s0[2] + s[2])),
+                (0.5 * (s0[3] + s[3]), 0.5 * (s0[4] + s[4]), 0.5 * (s0[5] + s[5])),
+            )
+            self._t = t
+        self._sample = s
+
+    def _apply(self, m: _Measurement) -> None:
+        res = self.ekf.update_velocity_unchecked(m.z, m.cov, stamp=m.t)
+        if not m.counted:
+            m.counted = True
+            if res.accepted:
+                self.stats.meas_applied += 1
+            else:
+                self.stats.meas_gated += 1
+        if self.keep_updates:
+            self.updates.append(res)
+        self._applied.append(m)
+        self._take_snapshot()
+
+    def _apply_late(self, m: _Measurement) -> bool:
+        snap = None
+        for cand in reversed(self._snaps):
+            if cand.t <= m.t:
+                snap = cand
+                break
+        if snap is None:
+            self.stats.meas_too_old += 1
+            return False
+        self.stats.meas_late += 1
+        # restore the snapshot, forget everything after it, then replay IMU + measurements
+        while self._snaps[-1] is not snap:
+            self._snaps.pop()
+        self._last_snap_t = snap.t
+        self.ekf.reset(snap.state, snap.cov)
+        self._t = snap.t
+        self._sample = snap.sample
+        redo = [a for a in self._applied if a.t > snap.t]
+        while self._applied and self._applied[-1].t > snap.t:
+            self._applied.pop()
+        if self.keep_updates:
+            while self.updates and self.updates[-1].stamp > snap.t:
+                self.updates.pop()
+        self._pending = sorted([*redo, m, *self._pending])
+        if m.t == self._t:
+            self._pending.remove(m)
+            self._apply(m)
+        for t_imu, s in [item for item in self._imu if item[0] > snap.t]:
+            self._advance(t_imu, s)
+        return True
+
+    def _take_snapshot(self) -> None:
+        """Store the state at ``self._t`` (re-propagation start point) and drop expired history."""
+        self._snaps.append(_Snapshot(self._t, self.ekf.state.copy(), self.ekf.cov.copy(), self._sample))
+        self._last_snap_t = self._t
+        self._prune(self._t)
+
+    def _prune(self, t_now: float) -> None:
+        """Drop history older than ``history_length`` (keeping one snapshot at or before it)."""
+        horizon = t_now - self.config.history_length
+        snaps = self._snaps
+        while len(snaps) > 1 and snaps[1].t <= horizon:
+            snaps.popleft()
+        t_oldest = snaps[0].t
+        while self._imu and self._imu[0][0] <= t_oldest:
+            self._imu.popleft()
+        while self._applied and self._applied[0].t <= t_oldest:
+            self._applied.popleft()
+
+    def _is_duplicate(self, t: float) -> bool:
+        i = bisect.bisect_left(self._pending, _Measurement(t, None, None))  # type: ignore[arg-type]
+        if i < len(self._pending) and self._pending[i].t == t:
+            return True
+        return any(a.t == t for a in reversed(self._applied))
+
+    def _try_align(self, m: _Measurement) -> bool:
+        buf = self._init_buf
+        span = buf[-1][0] - buf[0][0] if len(buf) >= 2 else 0.0
+        if span < 0.5 * self.config.init_window:
+            self.stats.meas_before_init += 1
+            return False
+        acc = np.array([s[0:3] for _, s in buf])
+        try:
+            state = state_from_alignment(acc, m.z, yaw=self.config.init_yaw, gravity=self.config.gravity)
+        except ValueError:
+            self.stats.meas_before_init += 1
+            return False
+        t_last, s_last = buf[-1]
+        self.initialize(t_last, state)
+        self._sample = s_last
+        return True
+
+
+def _is_spd(r: np.ndarray) -> bool:
+    """True when ``r`` is (numerically) symmetric positive definite."""
+    if float(np.abs(r - r.T).max()) > 1e-9 * max(float(np.abs(r).max()), 1e-300):
+        return False
+    try:
+        np.linalg.cholesky(r)
+    except np.linalg.LinAlgError:
+        return False
+    return True

@@ -1,0 +1,147 @@
+"""Metrics on hand-checkable cases (paper §IV-A definitions, see velobins_eval.metrics)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy.spatial.transform import Rotation
+
+from velobins_eval import metrics as m
+
+
+def _line(n: int = 201, dt: float = 0.05) -> tuple[np.ndarray, np.ndarray]:
+    t = np.arange(n) * dt
+    p = np.stack([np.sin(t), 0.5 * t, np.cos(0.3 * t)], axis=1)
+    return t, p
+
+
+def test_ave_zero_and_constant_offset() -> None:
+    v = np.random.default_rng(0).normal(size=(50, 3))
+    assert m.ave(v, v) == 0.0
+    assert m.ave(v + np.array([3.0, 4.0, 0.0]), v) == pytest.approx(5.0)
+
+
+def test_ate_constant_offset_and_zero() -> None:
+    _, p = _line()
+    assert m.ate(p, p) == 0.0
+    assert m.ate(p + np.array([1.0, 2.0, 2.0]), p) == pytest.approx(3.0)
+    # half the samples off by 2 m, half exact → √(½·4) = √2
+    off = p.copy()
+    off[::2] += [0.0, 0.0, 2.0]
+    n_off = len(p[::2])
+    assert m.ate(off, p) == pytest.approx(math.sqrt(4.0 * n_off / len(p)))
+
+
+def test_ate_aligned_removes_yaw_and_translation_only() -> None:
+    _, p = _line()
+    rot = Rotation.from_euler("z", 0.7).as_matrix()
+    moved = p @ rot.T + [5.0, -1.0, 2.0]
+    assert m.ate(moved, p) > 1.0
+    assert m.ate_aligned(moved, p, "yaw") == pytest.approx(0.0, abs=1e-12)
+    tilted = p @ Rotation.from_euler("x", 0.4).as_matrix().T
+    assert m.ate_aligned(tilted, p, "yaw") > 0.05  # yaw alignment cannot undo a tilt
+    assert m.ate_aligned(tilted, p, "se3") == pytest.approx(0.0, abs=1e-12)
+    with pytest.raises(ValueError, match="mode"):
+        m.ate_aligned(p, p, "sim3")  # type: ignore[arg-type]
+
+
+def test_rte_of_a_constant_drift_rate() -> None:
+    """Drift of 0.1 m/s along x: every 5 s displacement is off by exactly 0.5 m."""
+    t, p = _line()
+    drift = p + np.outer(t, [0.1, 0.0, 0.0])
+    assert m.rte(t, drift, p, delta=5.0) == pytest.approx(0.5)
+    assert m.rte(t, p + np.array([3.0, 0.0, 0.0]), p) == pytest.approx(0.0, abs=1e-12)  # offset cancels
+    # shorter than Δt: whole-span displacement error
+    assert m.rte(t[:21], drift[:21], p[:21], delta=5.0) == pytest.approx(0.1)
+
+
+def test_rte_interpolates_end_points_between_samples() -> None:
+    t = np.array([0.0, 1.0, 2.0, 3.3, 4.0, 5.5, 6.0, 7.0])
+    p = np.zeros((t.size, 3))
+    drift = np.outer(t, [0.0, 0.2, 0.0])
+    assert m.rte(t, p + drift, p, delta=5.0) == pytest.approx(1.0)
+
+
+def test_nll_of_calibrated_gaussian() -> None:
+    rng = np.random.default_rng(1)
+    sigma = 0.3
+    gt = rng.normal(size=(200_000, 3))
+    est = gt + rng.normal(scale=sigma, size=gt.shape)
+    var = np.full(gt.shape, sigma**2)
+    expected = 0.5 * math.log(2 * math.pi * sigma**2) + 0.5
+    assert m.gaussian_nll(est, var, gt) == pytest.approx(expected, abs=5e-3)
+    # exact value on a single hand case: e = σ → ½ log(2πσ²) + ½
+    assert m.gaussian_nll(np.array([[sigma, 0, 0]]), np.full((1, 3), sigma**2), np.zeros((1, 3))) == pytest.approx(
+        0.5 * math.log(2 * math.pi * sigma**2) + 0.5 / 3
+    )
+    # covariance input uses the diagonal
+    cov = np.broadcast_to(np.eye(3) * sigma**2, (gt.shape[0], 3, 3))
+    assert m.gaussian_nll(est, cov, gt) == pytest.approx(m.gaussian_nll(est, var, gt))
+    with pytest.raises(ValueError, match="var_est"):
+        m.gaussian_nll(est[:2], np.zeros((2, 3)), gt[:2])
+
+
+def test_chi2_bounds_and_ideal_median_match_the_design_numbers() -> None:
+    lo, hi = m.NEES_BOUNDS
+    assert lo == pytest.approx(0.216, abs=5e-4) and hi == pytest.approx(9.348, abs=5e-4)
+    assert m.NEES_IDEAL_MEDIAN == pytest.approx(2.366, abs=5e-4)
+
+
+def test_nees_of_calibrated_samples() -> None:
+    rng = np.random.default_rng(2)
+    n = 40_000
+    a = rng.normal(size=(n, 3, 3))
+    cov = a @ a.transpose(0, 2, 1) + 0.1 * np.eye(3)
+    err = np.einsum("nij,nj->ni", np.linalg.cholesky(cov), rng.normal(size=(n, 3)))
+    values = m.nees(err, cov)
+    s = m.nees_summary(values)
+    assert s.median == pytest.approx(2.366, abs=0.05)
+    assert s.in_bounds == pytest.approx(0.95, abs=0.005)
+    assert s.mean == pytest.approx(3.0, abs=0.05)
+    # hand case: e = (1, 2, 0), Σ = diag(1, 4, 9) → 1 + 1 = 2
+    assert m.nees(np.array([[1.0, 2.0, 0.0]]), np.diag([1.0, 4.0, 9.0])[None])[0] == pytest.approx(2.0)
+    # overconfident covariance (4x too small) → NEES 4x larger
+    assert m.nees_summary(m.nees(err, cov / 4)).median == pytest.approx(4 * s.median, rel=1e-9)
+
+
+def test_interpolate_ground_truth_linear_and_slerp() -> None:
+    t = np.array([0.0, 1.0, 2.0])
+    p = np.array([[0.0, 0, 0], [1.0, 2, 0], [2.0, 2, 2]])
+    v = p * 2
+    q = Rotation.from_euler("z", np.array([0.0, 0.5, 1.0])[:, None]).as_quat()
+    g = m.interpolate_ground_truth(t, p, q, v, np.array([0.5, 1.75]))
+    np.testing.assert_allclose(g.p, [[0.5, 1.0, 0.0], [1.75, 2.0, 1.5]])
+    np.testing.assert_allclose(g.v, 2 * g.p)
+    np.testing.assert_allclose(Rotation.from_quat(g.q).as_euler("zyx")[:, 0], [0.25, 0.875], atol=1e-12)
+    np.testing.assert_allclose(g.body_velocity, Rotation.from_quat(g.q).inv().apply(g.v))
+    with pytest.raises(ValueError, match="outside ground truth"):
+        m.interpolate_ground_truth(t, p, q, v, np.array([2.5]))
+
+
+def test_flight_metrics_on_a_perfect_and_an_offset_filter() -> None:
+    t = np.arange(0.0, 20.0, 0.05)
+    p = np.stack([np.sin(0.5 * t), np.cos(0.5 * t), 0.1 * t], axis=1)
+    v = np.stack([0.5 * np.cos(0.5 * t), -0.5 * np.sin(0.5 * t), np.full_like(t, 0.1)], axis=1)
+    q = Rotation.from_euler("z", 0.2 * t[:, None]).as_quat()
+    gt = m.interpolate_ground_truth(t, p, q, v, t)
+    rng = np.random.default_rng(3)
+    sigma = 0.1
+    v_net = gt.body_velocity + rng.normal(scale=sigma, size=v.shape)
+    cov = np.broadcast_to(np.eye(3) * sigma**2, (t.size, 3, 3))
+    v_fused = v + np.einsum("nij,nj->ni", np.linalg.cholesky(cov), rng.normal(size=v.shape))
+    fm = m.flight_metrics(gt, v_net, np.full(v.shape, sigma**2), p + np.array([0.0, 0.0, 1.0]), v_fused, cov)
+    assert fm.ate == pytest.approx(1.0)
+    assert fm.rte == pytest.approx(0.0, abs=1e-12)
+    assert fm.net_ave == pytest.approx(sigma * math.sqrt(8 / math.pi), rel=0.1)  # mean of a χ₃ · σ
+    assert fm.net_nll == pytest.approx(0.5 * math.log(2 * math.pi * sigma**2) + 0.5, abs=0.1)
+    assert fm.nees_median == pytest.approx(2.366, rel=0.2)
+    assert set(fm.as_dict()) == {"net_ave", "net_nll", "ave", "rte", "ate", "nees_median", "nees_in_bounds"}
+
+
+def test_shape_errors_name_the_field() -> None:
+    with pytest.raises(ValueError, match="p_est"):
+        m.ate(np.zeros((4, 2)), np.zeros((4, 3)))
+    with pytest.raises(ValueError, match="same length"):
+        m.ave(np.zeros((4, 3)), np.zeros((5, 3)))
