@@ -1,0 +1,30 @@
+"""Simulated flights on rotorpy: the suite's built-in data (presets, trajectories, parallel generation).
+
+Public entry points:
+
+* :func:`simulate_flight` — one flight as a :class:`~velobins_eval.sequence.Sequence`;
+* :func:`simulate_many` — many flights in parallel, one plain CSV each;
+* :data:`PRESETS` / :func:`get_preset` — the ``nano``, ``racer`` and ``rpm`` platforms;
+* :data:`FAMILIES` — the trajectory families.
+
+Nothing here imports ROS.
+"""
+
+from velobins_eval.sim.batch import flight_plan, simulate_many
+from velobins_eval.sim.flight import FlightLog, SimulationError, fly, simulate_flight
+from velobins_eval.sim.presets import PRESETS, Preset, get_preset
+from velobins_eval.sim.trajectories import FAMILIES, make_trajectory
+
+__all__ = [
+    "FAMILIES",
+    "PRESETS",
+    "FlightLog",
+    "Preset",
+    "SimulationError",
+    "flight_plan",
+    "fly",
+    "get_preset",
+    "make_trajectory",
+    "simulate_flight",
+    "simulate_many",
+]
