@@ -49,6 +49,10 @@ class ReplayConfig:
     """Wall seconds to wait before the first message, so subscribers can discover the publishers."""
     finished_topic: str = "/velobins/replay/finished"
     """Latched std_msgs/Bool published True after the last message."""
+    wait_for_imu_subscribers: int = 0
+    """Before the first message, wait until /imu has this many subscribers (e.g. 2: network + EKF)."""
+    wait_timeout: float = 60.0
+    """Longest wait for those subscribers [s]; then the replay starts anyway, with a warning."""
 
 
 _DESCRIPTIONS = {
@@ -60,6 +64,8 @@ _DESCRIPTIONS = {
     "exit_on_end": "shut down after the last message (ignored with loop)",
     "start_delay": "wall time to wait for discovery before the first message [s]",
     "finished_topic": "latched std_msgs/Bool set True when the flight has been published",
+    "wait_for_imu_subscribers": "wait for this many /imu subscribers before replaying (0: no wait)",
+    "wait_timeout": "longest wait for those subscribers [s]",
 }
 
 FINISHED_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
@@ -116,7 +122,24 @@ class ReplayNode(Node):
         )
         return msgs, pubs
 
+    def _wait_for_subscribers(self) -> None:
+        want = self.config.wait_for_imu_subscribers
+        imu = self.publishers_by_topic.get(bag.TOPIC_IMU)
+        if want <= 0 or imu is None:
+            return
+        deadline = time.monotonic() + self.config.wait_timeout
+        while rclpy.ok() and imu.get_subscription_count() < want and time.monotonic() < deadline:
+            time.sleep(0.05)
+        have = imu.get_subscription_count()
+        if have < want:
+            self.get_logger().warning(
+                f"only {have}/{want} subscribers on {bag.TOPIC_IMU} after {self.config.wait_timeout:g} s"
+            )
+        else:
+            self.get_logger().info(f"{have} subscriber(s) on {bag.TOPIC_IMU}: starting")
+
     def _play(self) -> None:
+        self._wait_for_subscribers()
         time.sleep(self.config.start_delay)
         while rclpy.ok():
             t_bag0 = self.messages[0][0]

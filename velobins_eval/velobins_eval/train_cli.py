@@ -87,10 +87,20 @@ def main_train(argv: list[str] | None = None) -> int:
     rotors = {s.num_rotors for s in train_seqs + val_seqs}
     if len(kinds) != 1 or len(rotors) != 1:
         raise ValueError(f"flights mix rotor kinds {sorted(kinds)} or rotor counts {sorted(rotors)}")
-    model = ModelConfig(num_rotors=rotors.pop(), rotor_kind=kinds.pop(), num_bins=args.bins, bin_encoding=args.encoding)
+    name = variant_name(args.variant, args.uncertainty)
+    source = "C" if name == "reg" else name.split("^")[1]
+    model = ModelConfig(
+        num_rotors=rotors.pop(),
+        rotor_kind=kinds.pop(),
+        num_bins=args.bins,
+        bin_encoding=args.encoding,
+        head="reg" if name == "reg" else "bins",
+        uncertainty=source,
+        cov_head="C" in source,
+    )
     cfg = TrainConfig(
         model=model,
-        variant=variant_name(args.variant, args.uncertainty),
+        variant=name,
         epochs=args.epochs,
         batch_size=args.batch_size,
         lr=args.lr,

@@ -1,0 +1,293 @@
+"""The EKF node: ``/imu`` + ``/velobins/velocity`` -> odometry, path, TF and per-update diagnostics.
+
+A thin adapter around :class:`velobins_ekf.runner.VelocityEkf` (which validates, counts and
+re-orders its inputs). Outputs:
+
+* ``/velobins/odometry`` (``nav_msgs/Odometry``): pose of ``base_link`` in ``odom`` with its
+  covariance, twist in ``base_link`` (linear: fused body velocity; angular: bias-corrected rate);
+* ``/velobins/path`` (``nav_msgs/Path``, bounded length) and TF ``odom -> base_link``
+  (``tf2_ros`` when installed, else ``tf2_msgs/TFMessage`` on ``/tf`` directly);
+* ``/velobins/ekf/update`` (``geometry_msgs/TwistWithCovarianceStamped``, frame ``odom``): the fused
+  world velocity and its covariance right after each velocity update, at the measurement stamp
+  (the per-update NEES of the evaluation).
+
+Initialisation: ``init_mode: align`` (on a vehicle: gravity alignment from the first IMU samples,
+velocity from the first network output) or ``ground_truth`` (evaluation: the state of the first
+``ground_truth_topic`` message, as the paper starts the filter). IMU stamps jumping back by more
+than ``time_jump_reset`` (bag loop) restart the filter the same way.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import rclpy
+from geometry_msgs.msg import PoseStamped, TransformStamped, TwistWithCovarianceStamped
+from nav_msgs.msg import Odometry, Path
+from rclpy.executors import ExternalShutdownException
+from rclpy.node import Node
+from sensor_msgs.msg import Imu
+
+from velobins_msgs.msg import VelocityEstimate
+from velobins_ros import (
+    RELIABLE_QOS,
+    DropCounter,
+    declare_config,
+    reject_runtime_changes,
+    sec_to_stamp,
+    sensor_qos,
+    set_xyz,
+    stamp_to_sec,
+)
+
+from .config import EkfConfig
+from .ekf import BG, NavState
+from .runner import VelocityEkf
+
+INIT_MODES = ("align", "ground_truth")
+
+
+@dataclass(frozen=True)
+class EkfNodeConfig:
+    """Parameters of the EKF node besides the filter's own (``filter.*``, :class:`EkfConfig`)."""
+
+    imu_topic: str = "/imu"
+    """Input sensor_msgs/Imu."""
+    velocity_topic: str = "/velobins/velocity"
+    """Input velobins_msgs/VelocityEstimate from the network node."""
+    odometry_topic: str = "/velobins/odometry"
+    """Output nav_msgs/Odometry."""
+    path_topic: str = "/velobins/path"
+    """Output nav_msgs/Path (empty disables it)."""
+    update_topic: str = "/velobins/ekf/update"
+    """Output per-update fused world velocity with covariance, frame odom (empty disables it)."""
+    ground_truth_topic: str = "/ground_truth/odometry"
+    """nav_msgs/Odometry that initialises the filter when init_mode is ground_truth."""
+    init_mode: str = "align"
+    """'align' (gravity alignment + first network velocity) or 'ground_truth' (first ground-truth pose)."""
+    odom_frame: str = "odom"
+    """World frame of the pose (REP-105 odom)."""
+    base_frame: str = "base_link"
+    """Body frame (FLU)."""
+    publish_tf: bool = True
+    """Broadcast odom -> base_link."""
+    odom_rate: float = 0.0
+    """Odometry/TF rate [Hz of IMU time]; 0 publishes after every IMU sample."""
+    path_period: float = 0.1
+    """IMU-time spacing of the poses appended to the path [s]."""
+    path_max_length: int = 3000
+    """Poses kept in the path (oldest dropped first)."""
+    time_jump_reset: float = 0.5
+    """IMU stamps going back by more than this [s] restart the filter (bag loop, clock reset)."""
+    input_queue_depth: int = 200
+    """Queue depth of the IMU subscription (deep enough for fast replay)."""
+
+
+class EkfNode(Node):
+    """See module docstring."""
+
+    def __init__(self) -> None:
+        super().__init__("velobins_ekf")
+        self.config = declare_config(self, EkfNodeConfig())
+        self.filter_config = declare_config(self, EkfConfig(), prefix="filter.")
+        reject_runtime_changes(
+            self, set(EkfNodeConfig.__dataclass_fields__) | {"filter." + f for f in EkfConfig.__dataclass_fields__}
+        )
+        cfg = self.config
+        if cfg.init_mode not in INIT_MODES:
+            raise ValueError(f"parameter 'init_mode' must be one of {INIT_MODES}, got {cfg.init_mode!r}")
+        self.drops = DropCounter(self)
+        self.filter = self._new_filter()
+        self._last_imu_t: float | None = None
+        self._last_odom_t = -math.inf
+        self._last_path_t = -math.inf
+        self._last_update_t = -math.inf
+        self._last_gyro = np.zeros(3)
+        self._dt = 0.01
+        self.resets = 0
+
+        self.odom_pub = self.create_publisher(Odometry, cfg.odometry_topic, RELIABLE_QOS)
+        self.path_pub = self.create_publisher(Path, cfg.path_topic, RELIABLE_QOS) if cfg.path_topic else None
+        self.update_pub = None
+        if cfg.update_topic:
+            self.update_pub = self.create_publisher(TwistWithCovarianceStamped, cfg.update_topic, RELIABLE_QOS)
+        self.path = Path()
+        self.path.header.frame_id = cfg.odom_frame
+        self._tf = self._make_tf_broadcaster() if cfg.publish_tf else None
+        self.create_subscription(Imu, cfg.imu_topic, self.on_imu, sensor_qos(cfg.input_queue_depth))
+        self.create_subscription(VelocityEstimate, cfg.velocity_topic, self.on_velocity, RELIABLE_QOS)
+        if cfg.init_mode == "ground_truth":
+            self.create_subscription(Odometry, cfg.ground_truth_topic, self.on_ground_truth, RELIABLE_QOS)
+        self.create_timer(5.0, self.drops.maybe_log)
+        self.get_logger().info(f"EKF ready: init_mode={cfg.init_mode}, publishing {cfg.odometry_topic}")
+
+    def _new_filter(self) -> VelocityEkf:
+        return VelocityEkf(self.filter_config, keep_updates=bool(self.config.update_topic))
+
+    def _make_tf_broadcaster(self):
+        """tf2_ros's broadcaster where installed; else a plain TFMessage publisher on /tf."""
+        try:
+            from tf2_ros import TransformBroadcaster
+
+            broadcaster = TransformBroadcaster(self)
+            return broadcaster.sendTransform
+        except ImportError:
+            from rclpy.qos import DurabilityPolicy, QoSProfile
+
+            from tf2_msgs.msg import TFMessage
+
+            pub = self.create_publisher(TFMessage, "/tf", QoSProfile(depth=100, durability=DurabilityPolicy.VOLATILE))
+            return lambda transform: pub.publish(TFMessage(transforms=[transform]))
+
+    # ------------------------------------------------------------------ inputs
+    def on_ground_truth(self, msg: Odometry) -> None:
+        if self.filter.initialized:
+            return
+        p, q, v = msg.pose.pose.position, msg.pose.pose.orientation, msg.twist.twist.linear
+        quat = np.array([q.x, q.y, q.z, q.w])
+        values = np.array([p.x, p.y, p.z, v.x, v.y, v.z, *quat])
+        if not np.all(np.isfinite(values)) or abs(np.linalg.norm(quat) - 1.0) > 1e-3:
+            self.drops.drop("ground_truth_invalid", "non-finite or non-unit ground-truth pose")
+            return
+        state = NavState.from_pose(quat / np.linalg.norm(quat), np.zeros(3), [p.x, p.y, p.z])
+        state.vel = state.rot @ np.array([v.x, v.y, v.z])  # twist is in the child (body) frame
+        t = stamp_to_sec(msg.header.stamp)
+        self.filter.initialize(t, state)
+        self._last_imu_t = None
+        self.get_logger().info(f"initialised from ground truth at t={t:.3f}")
+
+    def on_imu(self, msg: Imu) -> None:
+        t = stamp_to_sec(msg.header.stamp)
+        if self._last_imu_t is not None and t < self._last_imu_t - self.config.time_jump_reset:
+            self.get_logger().warning(f"IMU time jumped back {self._last_imu_t - t:.3f} s: restarting the filter")
+            self.reset()
+            self.drops.counts["time_jump_reset"] += 1
+        if self.config.init_mode == "ground_truth" and not self.filter.initialized:
+            self.drops.drop("imu_before_init", "waiting for the first ground-truth pose")
+            return
+        a, w = msg.linear_acceleration, msg.angular_velocity
+        acc, gyro = np.array([a.x, a.y, a.z]), np.array([w.x, w.y, w.z])
+        before = self.filter.stats.imu_used
+        if not self.filter.add_imu(t, acc, gyro):
+            self.drops.drop("imu_rejected", f"filter stats {self._stats_summary()}")
+            return
+        if self._last_imu_t is not None and t > self._last_imu_t:
+            self._dt = t - self._last_imu_t
+        self._last_imu_t = t
+        self._last_gyro = gyro
+        if self.filter.stats.imu_used > before and self.filter.initialized:
+            self._publish_updates()
+            self._publish_state(msg.header.stamp, t)
+
+    def on_velocity(self, msg: VelocityEstimate) -> None:
+        t = stamp_to_sec(msg.header.stamp)
+        z = np.array([msg.velocity.x, msg.velocity.y, msg.velocity.z])
+        cov = np.asarray(msg.covariance, dtype=np.float64).reshape(3, 3)
+        if not self.filter.add_velocity(t, z, cov):
+            self.drops.drop("velocity_rejected", f"filter stats {self._stats_summary()}")
+            return
+        self._publish_updates()
+
+    def reset(self) -> None:
+        """Restart the filter (initialises again per init_mode) and clear the path."""
+        self.filter = self._new_filter()
+        self._last_imu_t = None
+        self._last_odom_t = self._last_path_t = self._last_update_t = -math.inf
+        self.path.poses = []
+        self.resets += 1
+
+    def _stats_summary(self) -> str:
+        s = self.filter.stats
+        return ", ".join(f"{k}={v}" for k, v in vars(s).items() if v and k not in ("imu_used", "meas_applied"))
+
+    # ------------------------------------------------------------------ outputs
+    def _publish_updates(self) -> None:
+        records = self.filter.pop_updates()
+        if self.update_pub is None:
+            return
+        for r in records:
+            if not r.stamp > self._last_update_t or not np.all(np.isfinite(r.vel_world)):
+                continue
+            self._last_update_t = r.stamp
+            out = TwistWithCovarianceStamped()
+            sec_to_stamp(r.stamp, out.header.stamp)
+            out.header.frame_id = self.config.odom_frame
+            set_xyz(out.twist.twist.linear, r.vel_world)
+            cov = np.zeros((6, 6))
+            cov[:3, :3] = r.vel_world_cov
+            out.twist.covariance = cov.reshape(-1).tolist()
+            self.update_pub.publish(out)
+
+    def _publish_state(self, stamp, t: float) -> None:
+        if self.config.odom_rate > 0 and t - self._last_odom_t < 1.0 / self.config.odom_rate - 1e-9:
+            return
+        ekf = self.filter.ekf
+        state = ekf.state
+        pos, quat, vb = state.pos, state.quat, state.body_velocity
+        pose_cov, twist_cov = ekf.pose_covariance_ros(), ekf.twist_covariance_body()
+        if not all(np.all(np.isfinite(x)) for x in (pos, quat, vb, pose_cov, twist_cov)):
+            self.get_logger().error("filter state became non-finite: restarting it (nothing published)")
+            self.drops.counts["non_finite_state"] += 1
+            self.reset()
+            return
+        self._last_odom_t = t
+        cfg = self.config
+        odom = Odometry()
+        odom.header.stamp = stamp
+        odom.header.frame_id = cfg.odom_frame
+        odom.child_frame_id = cfg.base_frame
+        pp, pq = odom.pose.pose.position, odom.pose.pose.orientation
+        set_xyz(pp, pos)
+        pq.x, pq.y, pq.z, pq.w = (float(x) for x in quat)
+        odom.pose.covariance = pose_cov.reshape(-1).tolist()
+        set_xyz(odom.twist.twist.linear, vb)
+        rate = self._last_gyro - state.gyro_bias
+        set_xyz(odom.twist.twist.angular, rate)
+        tw = np.zeros((6, 6))
+        tw[:3, :3] = twist_cov
+        tw[3:, 3:] = ekf.cov[BG, BG] + np.eye(3) * self.filter_config.gyro_noise_density**2 / max(self._dt, 1e-4)
+        odom.twist.covariance = tw.reshape(-1).tolist()
+        self.odom_pub.publish(odom)
+        if self._tf is not None:
+            tf = TransformStamped()
+            tf.header = odom.header
+            tf.child_frame_id = cfg.base_frame
+            set_xyz(tf.transform.translation, pos)
+            tf.transform.rotation = pq
+            self._tf(tf)
+        if self.path_pub is not None and t - self._last_path_t >= cfg.path_period - 1e-9:
+            self._last_path_t = t
+            pose = PoseStamped()
+            pose.header = odom.header
+            pose.pose = odom.pose.pose
+            self.path.poses.append(pose)
+            if len(self.path.poses) > cfg.path_max_length:
+                del self.path.poses[: len(self.path.poses) - cfg.path_max_length]
+            self.path.header.stamp = stamp
+            self.path_pub.publish(self.path)
+
+
+def main(args: list[str] | None = None) -> None:
+    rclpy.init(args=args)
+    node = None
+    try:
+        node = EkfNode()
+        rclpy.spin(node)
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    except Exception as exc:
+        if node is None:
+            rclpy.logging.get_logger("velobins_ekf").fatal(f"cannot start: {exc}")
+            raise SystemExit(1) from exc
+        raise
+    finally:
+        if node is not None:
+            node.destroy_node()
+        if rclpy.ok():
+            rclpy.shutdown()
+
+
+if __name__ == "__main__":
+    main()

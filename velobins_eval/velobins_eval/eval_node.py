@@ -1,0 +1,227 @@
+"""The eval node: records a replayed flight's estimates and ground truth, then writes the report.
+
+Subscribes to the network's velocity estimates, the EKF's per-update fused velocity and its
+odometry, and the ground truth from the bag. When the replay node raises its latched ``finished``
+flag (or the node is shut down), it builds the same :class:`~velobins_eval.evaluate.FlightRecord`
+the offline evaluation builds and scores it with the same code (:mod:`velobins_eval.report`), so
+graph and offline figures agree up to what the graph itself changes (message timing).
+
+It also republishes the ground truth as a ``nav_msgs/Path`` for RViz.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import rclpy
+from geometry_msgs.msg import PoseStamped, TwistWithCovarianceStamped
+from nav_msgs.msg import Odometry
+from nav_msgs.msg import Path as PathMsg
+from rclpy.executors import ExternalShutdownException
+from rclpy.node import Node
+from rclpy.qos import QoSProfile, ReliabilityPolicy
+from scipy.spatial.transform import Rotation
+from std_msgs.msg import Bool
+
+from velobins_msgs.msg import VelocityEstimate
+from velobins_ros import DropCounter, declare_config, stamp_to_sec
+
+from .evaluate import FlightRecord, GroundTruth
+from .replay_node import FINISHED_QOS
+from .report import write_report
+
+
+@dataclass(frozen=True)
+class EvalNodeConfig:
+    """Parameters of the eval node."""
+
+    output_dir: str = "velobins_report"
+    """Directory of metrics.json, metrics.md and plots/."""
+    label: str = "velobins"
+    """Method name of this run in the report."""
+    flight: str = "flight"
+    """Flight name in the report."""
+    velocity_topic: str = "/velobins/velocity"
+    """Network estimates (velobins_msgs/VelocityEstimate)."""
+    update_topic: str = "/velobins/ekf/update"
+    """Fused world velocity with covariance right after each EKF update."""
+    odometry_topic: str = "/velobins/odometry"
+    """Fused odometry (nav_msgs/Odometry)."""
+    ground_truth_topic: str = "/ground_truth/odometry"
+    """Ground truth from the bag (nav_msgs/Odometry, twist in the body frame)."""
+    ground_truth_path_topic: str = "/ground_truth/path"
+    """Ground truth republished as nav_msgs/Path for RViz (empty disables it)."""
+    finished_topic: str = "/velobins/replay/finished"
+    """Latched flag of the replay node; True triggers the report."""
+    finish_grace: float = 1.0
+    """Wall seconds to wait after the finished flag for the last estimates in flight [s]."""
+    exit_after_report: bool = True
+    """Shut down once the report is written (the replay launch then ends)."""
+    plots: bool = True
+    """Write the per-flight PNG plots."""
+    queue_depth: int = 1000
+    """Depth of the recording subscriptions (a report must not lose messages to a busy moment)."""
+
+
+class EvalNode(Node):
+    """See module docstring."""
+
+    def __init__(self) -> None:
+        super().__init__("velobins_eval")
+        self.config = declare_config(self, EvalNodeConfig())
+        cfg = self.config
+        self.drops = DropCounter(self)
+        self.net: list[list[float]] = []
+        self.upd: list[list[float]] = []
+        self.odom: list[list[float]] = []
+        self.gt: list[list[float]] = []
+        self.finished_at: float | None = None
+        self.report_written = False
+        self.table = ""
+        qos = QoSProfile(depth=cfg.queue_depth, reliability=ReliabilityPolicy.RELIABLE)
+        self.create_subscription(VelocityEstimate, cfg.velocity_topic, self.on_velocity, qos)
+        self.create_subscription(TwistWithCovarianceStamped, cfg.update_topic, self.on_update, qos)
+        self.create_subscription(Odometry, cfg.odometry_topic, self.on_odometry, qos)
+        self.create_subscription(Odometry, cfg.ground_truth_topic, self.on_ground_truth, qos)
+        self.create_subscription(Bool, cfg.finished_topic, self.on_finished, FINISHED_QOS)
+        self.gt_path_pub = None
+        if cfg.ground_truth_path_topic:
+            self.gt_path_pub = self.create_publisher(PathMsg, cfg.ground_truth_path_topic, 10)
+            self.gt_path = PathMsg()
+            self.create_timer(0.5, self.publish_gt_path)
+
+    # ------------------------------------------------------------------ recording
+    def on_velocity(self, msg: VelocityEstimate) -> None:
+        var = np.asarray(msg.covariance).reshape(3, 3).diagonal()
+        row = [stamp_to_sec(msg.header.stamp), msg.velocity.x, msg.velocity.y, msg.velocity.z, *var]
+        if np.all(np.isfinite(row)):
+            self.net.append(row)
+        else:
+            self.drops.drop("velocity_non_finite")
+
+    def on_update(self, msg: TwistWithCovarianceStamped) -> None:
+        v = msg.twist.twist.linear
+        cov = np.asarray(msg.twist.covariance).reshape(6, 6)[:3, :3].reshape(-1)
+        self.upd.append([stamp_to_sec(msg.header.stamp), v.x, v.y, v.z, *cov])
+
+    def on_odometry(self, msg: Odometry) -> None:
+        p = msg.pose.pose.position
+        self.odom.append([stamp_to_sec(msg.header.stamp), p.x, p.y, p.z])
+
+    def on_ground_truth(self, msg: Odometry) -> None:
+        p, q, v = msg.pose.pose.position, msg.pose.pose.orientation, msg.twist.twist.linear
+        self.gt.append([stamp_to_sec(msg.header.stamp), p.x, p.y, p.z, q.x, q.y, q.z, q.w, v.x, v.y, v.z])
+        if self.gt_path_pub is not None and len(self.gt) % 10 == 1:
+            pose = PoseStamped()
+            pose.header = msg.header
+            pose.pose = msg.pose.pose
+            self.gt_path.poses.append(pose)
+
+    def publish_gt_path(self) -> None:
+        if self.gt_path.poses:
+            self.gt_path.header = self.gt_path.poses[-1].header
+            self.gt_path_pub.publish(self.gt_path)
+
+    def on_finished(self, msg: Bool) -> None:
+        if msg.data and self.finished_at is None:
+            self.finished_at = time.monotonic()
+            self.get_logger().info(f"replay finished; writing the report in {self.config.finish_grace:g} s")
+
+    # ------------------------------------------------------------------ report
+    def due(self) -> bool:
+        return self.finished_at is not None and time.monotonic() - self.finished_at >= self.config.finish_grace
+
+    def build_record(self) -> tuple[FlightRecord, GroundTruth]:
+        """The recorded streams as the offline evaluation's record and ground truth."""
+        if len(self.gt) < 2 or not self.upd or not self.net or len(self.odom) < 2:
+            raise ValueError(
+                f"not enough data recorded: ground truth {len(self.gt)}, updates {len(self.upd)}, "
+                f"estimates {len(self.net)}, odometry {len(self.odom)}"
+            )
+        gt = _sorted_unique(np.array(self.gt))
+        q = gt[:, 4:8] / np.linalg.norm(gt[:, 4:8], axis=1, keepdims=True)
+        truth = GroundTruth(gt[:, 0], gt[:, 1:4], q, Rotation.from_quat(q).apply(gt[:, 8:11]))
+        net = _sorted_unique(np.array(self.net))
+        upd = _sorted_unique(np.array(self.upd))
+        odom = _sorted_unique(np.array(self.odom))
+        # updates that have their network estimate, inside the ground-truth span
+        common, i_upd, i_net = np.intersect1d(np.round(upd[:, 0], 6), np.round(net[:, 0], 6), return_indices=True)
+        keep = (common >= truth.t[0]) & (common <= truth.t[-1])
+        i_upd, i_net = i_upd[keep], i_net[keep]
+        t = upd[i_upd, 0]
+        p_at = np.stack([np.interp(t, odom[:, 0], odom[:, 1 + i]) for i in range(3)], axis=1)
+        record = FlightRecord(
+            flight=self.config.flight,
+            method=self.config.label,
+            t=t,
+            v_net=net[i_net, 1:4],
+            var_net=net[i_net, 4:7],
+            p_fused=p_at,
+            v_fused=upd[i_upd, 1:4],
+            cov_fused=upd[i_upd, 4:13].reshape(-1, 3, 3),
+            t_traj=odom[:, 0],
+            p_traj=odom[:, 1:4],
+        )
+        return record, truth
+
+    def write(self) -> None:
+        """Score and write the report (once)."""
+        if self.report_written:
+            return
+        self.report_written = True
+        try:
+            record, truth = self.build_record()
+        except ValueError as exc:
+            self.get_logger().error(f"no report: {exc}")
+            return
+        out = Path(self.config.output_dir)
+        graph = {
+            "estimates": len(self.net),
+            "updates": len(self.upd),
+            "odometry": len(self.odom),
+            "ground_truth": len(self.gt),
+            "odometry_rate_hz": float((len(self.odom) - 1) / (self.odom[-1][0] - self.odom[0][0])),
+            "dropped": dict(self.drops.counts),
+        }
+        self.table = write_report(
+            {record.method: {record.flight: record}},
+            {record.flight: truth},
+            out,
+            {"source": "ros graph (velobins_eval_node)", "graph": graph},
+            plots=self.config.plots,
+        )
+        self.get_logger().info(f"report written to {out}:\n{self.table}")
+
+
+def _sorted_unique(rows: np.ndarray) -> np.ndarray:
+    """Rows sorted by stamp (column 0), keeping the last message of each stamp (replays can repeat)."""
+    order = np.argsort(rows[:, 0], kind="stable")
+    rows = rows[order]
+    last = np.append(np.diff(rows[:, 0]) != 0, True)
+    return rows[last]
+
+
+def main(args: list[str] | None = None) -> None:
+    rclpy.init(args=args)
+    node = None
+    try:
+        node = EvalNode()
+        while rclpy.ok() and not (node.due() and node.config.exit_after_report and node.report_written):
+            rclpy.spin_once(node, timeout_sec=0.1)
+            if node.due():
+                node.write()
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        if node is not None:
+            node.write()  # also on Ctrl-C: whatever was recorded is scored
+            node.destroy_node()
+        if rclpy.ok():
+            rclpy.shutdown()
+
+
+if __name__ == "__main__":
+    main()
