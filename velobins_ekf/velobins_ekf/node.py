@@ -284,6 +284,7 @@ def main(args: list[str] | None = None) -> None:
         raise
     finally:
         if node is not None:
+            node.get_logger().info(node.drops.summary())
             node.destroy_node()
         if rclpy.ok():
             rclpy.shutdown()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import signal
 import subprocess
 import time
 from dataclasses import dataclass
@@ -101,7 +102,7 @@ def run_graph(
     finally:
         for proc in procs.values():
             if proc.poll() is None:
-                proc.terminate()
+                proc.send_signal(signal.SIGINT)  # graceful: nodes log their drop totals
         for proc in procs.values():
             try:
                 proc.wait(timeout=10)

@@ -4,9 +4,10 @@ A small stand-in for ``ros2 bag play`` that runs where rosbag2 is not installabl
 and that knows when a flight ends: it publishes ``True`` on a latched ``finished`` topic after the
 last message, so an eval node can write its report and the graph can shut down.
 
-Messages are published as the bag's serialized CDR bytes (no re-encoding), paced against the wall
-clock by ``rate`` (2.0 = twice real time). ``/clock`` carries the bag time of each batch of messages
-before the batch is published, so nodes running with ``use_sim_time`` see consistent stamps. With
+Messages are published as the bag's serialized CDR bytes (no re-encoding) in the order of their
+log time, paced against the wall clock by ``rate`` (2.0 = twice real time). ``/clock`` carries the
+log time of each batch of messages before the batch is published (bags from ``velobins convert``
+log every message at its header stamp), so nodes running with ``use_sim_time`` see consistent stamps. With
 ``loop`` the flight restarts and bag time jumps backwards, as with ``ros2 bag play --loop``.
 """
 
@@ -98,8 +99,7 @@ class ReplayNode(Node):
         self._thread.start()
 
     def _load(self, path: Path):
-        """All messages of the VeloBins topics as (stamp_ns, topic, raw CDR), in stamp order."""
-        store = bag.typestore()
+        """All messages of the VeloBins topics as (log time [ns], topic, raw CDR), in log-time order."""
         msgs: list[tuple[int, str, bytes]] = []
         pubs = {}
         with Reader(path) as reader:
@@ -110,9 +110,9 @@ class ReplayNode(Node):
                 msg_type = _ros_type(conn.msgtype)
                 qos = qos_profile_sensor_data if _sensor_topic(conn.topic) else 10
                 pubs[conn.topic] = self.create_publisher(msg_type, conn.topic, qos)
-            for conn, _, raw in reader.messages(connections=conns):
-                header = store.deserialize_cdr(raw, conn.msgtype).header
-                msgs.append((header.stamp.sec * 1_000_000_000 + header.stamp.nanosec, conn.topic, bytes(raw)))
+            for conn, log_ns, raw in reader.messages(connections=conns):
+                msgs.append((log_ns, conn.topic, bytes(raw)))
+        # Log-time order, as `ros2 bag play`: header stamps may repeat or jump (faults, loops).
         msgs.sort(key=lambda m: m[0])
         first = msgs[0][0] + round(self.config.start_offset * 1e9)
         msgs = [m for m in msgs if m[0] >= first]

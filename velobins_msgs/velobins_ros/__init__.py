@@ -126,6 +126,10 @@ class DropCounter:
             self.node.get_logger().warning(f"dropping input: {reason}{': ' + detail if detail else ''}")
         self.maybe_log()
 
+    def summary(self) -> str:
+        """One line with every count so far (logged by the nodes when they stop)."""
+        return f"dropped in total: {dict(sorted(self.counts.items())) or 'nothing'}"
+
     def maybe_log(self) -> None:
         now = time.monotonic()
         if now - self._last < self.period or self.counts == self._logged:
