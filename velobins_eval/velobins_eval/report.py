@@ -157,7 +157,7 @@ def plot_flight(records: dict[str, Any], gt, path: Path) -> None:
     margin = np.maximum(0.5 * (hi_p - lo_p), 1.0)
     top.set(xlim=(lo_p[0] - margin[0], hi_p[0] + margin[0]), ylim=(lo_p[1] - margin[1], hi_p[1] + margin[1]))
     alt.set(ylim=(lo_p[2] - margin[2], hi_p[2] + margin[2]))
-    top.set(title="top view", xlabel="x [m]", ylabel="y [m]", aspect="equal", adjustable="datalim")
+    top.set(title="top view", xlabel="x [m]", ylabel="y [m]", aspect="equal", adjustable="box")
     alt.set(title="altitude", xlabel="t [s]", ylabel="z [m]")
     verr.set(title="network velocity error (body) with 2σ", xlabel="t [s]", ylabel="[m/s]")
     nees_ax.axhspan(lo, hi, color="green", alpha=0.1, label="χ²(3) 95 %")
