@@ -6,6 +6,8 @@ if [ ! -f "$_vb_root/install/local_setup.bash" ]; then
     echo "VeloBins workspace not built yet: run $_vb_root/scripts/bootstrap.sh" >&2
     return 1 2>/dev/null || exit 1
 fi
+# colcon's and venv's setup scripts read unset variables: relax `set -u` while sourcing them.
+case $- in *u*) _vb_nounset=1; set +u ;; *) _vb_nounset= ;; esac
 # shellcheck disable=SC1091
 source "$_vb_venv/bin/activate"
 export AMENT_PREFIX_PATH="$_vb_venv${AMENT_PREFIX_PATH:+:$AMENT_PREFIX_PATH}"
@@ -15,4 +17,5 @@ export RMW_IMPLEMENTATION="${RMW_IMPLEMENTATION:-rmw_fastrtps_cpp}"
 source "$_vb_root/install/local_setup.bash"
 # The `velobins` command line (ament_python puts console scripts in lib/<pkg>, the place `ros2 run` looks).
 export PATH="$_vb_root/install/velobins_eval/lib/velobins_eval:$PATH"
-unset _vb_root _vb_venv
+[ -n "$_vb_nounset" ] && set -u
+unset _vb_root _vb_venv _vb_nounset
