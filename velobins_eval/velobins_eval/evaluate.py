@@ -72,6 +72,28 @@ class GroundTruth:
         return metrics.interpolate_ground_truth(self.t, self.p, self.q, self.v, t)
 
 
+def load_ekf_config(params_files: list[Path] | None = None):
+    """EkfConfig from its defaults plus the ``velobins_ekf: ros__parameters: filter:`` overrides of
+    ROS parameter files (the same files the EKF node loads), applied in order."""
+    import dataclasses
+
+    import yaml
+
+    from velobins_ekf.config import EkfConfig
+
+    config = EkfConfig()
+    known = {f.name for f in dataclasses.fields(EkfConfig)}
+    for path in params_files or []:
+        doc = yaml.safe_load(Path(path).read_text()) or {}
+        params = (doc.get("velobins_ekf") or {}).get("ros__parameters") or {}
+        overrides = params.get("filter") or {}
+        unknown = set(overrides) - known
+        if unknown:
+            raise ValueError(f"{path}: unknown velobins_ekf filter parameter(s) {sorted(unknown)}")
+        config = dataclasses.replace(config, **overrides)
+    return config
+
+
 def ground_truth_state(seq: Sequence, index: int = 0):
     """EKF NavState of the ground truth at row ``index`` (the evaluation starts the filter there)."""
     from velobins_ekf.ekf import NavState
@@ -201,6 +223,9 @@ def main_evaluate(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, type=Path, help="report directory")
     parser.add_argument("--no-imu-only", action="store_true", help="skip the IMU-integration baseline")
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
+    parser.add_argument(
+        "--params", action="append", type=Path, default=[], help="ROS parameter file with velobins_ekf filter overrides"
+    )
     args = parser.parse_args(argv)
     import torch
 
@@ -209,13 +234,14 @@ def main_evaluate(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(args.threads)
     seqs = load_directory(args.dataset, args.data)
+    ekf_config = load_ekf_config(args.params)
     all_records: dict[str, dict[str, FlightRecord]] = {}
     for ckpt in args.checkpoint:
-        label, records = evaluate_checkpoint(ckpt, seqs)
+        label, records = evaluate_checkpoint(ckpt, seqs, ekf_config)
         all_records[label] = records
     if not args.no_imu_only:
         first = next(iter(all_records.values()))
-        all_records["imu-only"] = {s.name: imu_only_flight(s, first[s.name].t) for s in seqs}
+        all_records["imu-only"] = {s.name: imu_only_flight(s, first[s.name].t, ekf_config) for s in seqs}
     gts = {s.name: GroundTruth.of(s) for s in seqs}
     table = write_report(
         all_records,
