@@ -7,6 +7,7 @@ Subcommands (``velobins <command> --help`` for each):
 * ``train``     — train a VeloBins variant or the regression baseline;
 * ``evaluate``  — network-only and EKF-fused metrics of checkpoints on a directory of flights;
 * ``demo``      — the README's main job: simulate, train, convert, replay through the ROS graph, report.
+* ``reproduce`` — train every ablation model and regenerate the paper's NanoBench tables and figures.
 
 Heavy imports (torch, rotorpy) happen inside the subcommands so ``velobins --help`` stays fast.
 """
@@ -60,6 +61,7 @@ DELEGATED = {
     "train": (".train_cli", "main_train", "train a VeloBins variant or the regression baseline"),
     "evaluate": (".evaluate", "main_evaluate", "evaluate checkpoints (network and EKF-fused) on flights"),
     "demo": (".demo", "main_demo", "the main job: simulate, train, replay through the ROS graph, report"),
+    "reproduce": (".reproduce", "main_reproduce", "train and score every NanoBench table/figure row of the paper"),
 }
 
 

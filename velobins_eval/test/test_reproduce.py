@@ -1,0 +1,168 @@
+"""``velobins reproduce``: the training plan, resume logic, generated sentences, and a smoke run end to end."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from velobins_eval.metrics import FlightMetrics
+from velobins_eval.report import KEYS
+from velobins_eval.reproduce import (
+    HEADLINE,
+    HEADLINE_BINS,
+    IMU_ONLY,
+    REGRESSION,
+    SCHEDULES,
+    TABLE2_ROWS,
+    TABLE3_ROWS,
+    RowSummary,
+    TrainingJob,
+    _check_manifest,
+    direction_sentence,
+    is_trained,
+    model_dir,
+    plan,
+    run_trainings,
+    sweep_row,
+    train_command,
+)
+
+METRIC_NAMES = set(KEYS)
+
+
+def _fm(**values: float) -> FlightMetrics:
+    base = dict.fromkeys(KEYS, 1.0)
+    return FlightMetrics(**(base | values))
+
+
+def test_plan_trains_each_model_once_and_scores_every_row() -> None:
+    cpu = SCHEDULES["cpu"]
+    jobs, units = plan(cpu)
+    # 3 seeds x (reg, headline) + H, M, M+H, G + Direct, PE + 7 sweep points = 19 unique trainings.
+    assert len(jobs) == 19 and len({j.name for j in jobs}) == 19
+    rows = {u.row for u in units}
+    assert set(TABLE2_ROWS) <= rows and set(TABLE3_ROWS.values()) <= rows
+    assert {sweep_row(n) for n in cpu.bins_sweep} <= rows and sweep_row(HEADLINE_BINS) == HEADLINE
+    # One M model (trained with the covariance head) serves its three uncertainty rows.
+    m_units = [u for u in units if u.row.startswith("M^")]
+    assert {u.model for u in m_units} == {"M-BC"} and {u.uncertainty for u in m_units} == {"B", "C", "B+C"}
+    m_job = next(j for j in jobs if j.name == "M-BC")
+    assert m_job.args[m_job.args.index("--uncertainty") + 1] == "B+C"
+    assert sorted(u.seed for u in units if u.row == REGRESSION) == [0, 1, 2]
+    assert sorted(u.seed for u in units if u.row == HEADLINE) == [0, 1, 2]
+    smoke_jobs, _ = plan(SCHEDULES["smoke"])
+    assert len(smoke_jobs) == 10
+
+
+def test_train_command_resumes_a_partial_run_and_finished_models_are_detected(tmp_path: Path) -> None:
+    job = TrainingJob("G-B", ("--variant", "G", "--uncertainty", "B"), 0)
+    smoke = SCHEDULES["smoke"]
+    cmd = train_command(job, smoke, "csv", tmp_path / "train", tmp_path / "val", tmp_path, "cpu")
+    assert "--resume" not in cmd and cmd[cmd.index("--epochs") + 1] == str(smoke.epochs)
+    assert cmd[cmd.index("--threads") + 1] == "1" and "--no-progress" in cmd
+    partial = tmp_path / "models" / "G-B.partial"
+    partial.mkdir(parents=True)
+    (partial / "last.pt").write_bytes(b"")
+    cmd = train_command(job, smoke, "csv", tmp_path / "train", tmp_path / "val", tmp_path, "cpu")
+    assert cmd[cmd.index("--resume") + 1] == str(partial / "last.pt")
+    assert not is_trained(tmp_path, "G-B")
+    model_dir(tmp_path, "G-B").mkdir()
+    (model_dir(tmp_path, "G-B") / "best.pt").write_bytes(b"")
+    assert is_trained(tmp_path, "G-B")
+    # A finished model is skipped: no process is started, its time is 0.
+    assert run_trainings([job], smoke, "csv", tmp_path, tmp_path, tmp_path, 1, progress=False) == {"G-B": 0.0}
+
+
+def test_out_dir_of_another_schedule_is_refused(tmp_path: Path) -> None:
+    _check_manifest(tmp_path, {"schedule": "smoke", "train": "/a"})
+    _check_manifest(tmp_path, {"schedule": "smoke", "train": "/a"})
+    with pytest.raises(ValueError, match="schedule"):
+        _check_manifest(tmp_path, {"schedule": "cpu", "train": "/a"})
+
+
+def test_direction_sentences_follow_the_measured_numbers() -> None:
+    better = {
+        HEADLINE: RowSummary({0: {"f": _fm(ave=0.1, net_nll=-1.0, nees_median=2.5)}}),
+        REGRESSION: RowSummary({0: {"f": _fm(ave=0.2, net_nll=-0.5, nees_median=20.0)}}),
+    }
+    assert "measured × 0.500" in direction_sentence("ave", "AVE", better)
+    assert "**agrees**" in direction_sentence("ave", "AVE", better)
+    assert "**agrees**" in direction_sentence("net_nll", "NLL", better)
+    assert "closer to" in direction_sentence("nees_median", "NEES", better)
+    worse = {HEADLINE: better[REGRESSION], REGRESSION: better[HEADLINE]}
+    for key in ("ave", "net_nll", "nees_median"):
+        assert "**disagrees**" in direction_sentence(key, key, worse)
+    # With seeds, a gap inside the seed spread is called unresolved.
+    noisy = {
+        HEADLINE: RowSummary({0: {"f": _fm(ave=0.10)}, 1: {"f": _fm(ave=0.30)}}),
+        REGRESSION: RowSummary({0: {"f": _fm(ave=0.21)}, 1: {"f": _fm(ave=0.23)}}),
+    }
+    assert "does not resolve" in direction_sentence("ave", "AVE", noisy)
+
+
+@pytest.mark.slow
+def test_smoke_schedule_end_to_end(tmp_path: Path) -> None:
+    from velobins_eval.datasets import write_csv
+    from velobins_eval.reproduce import main_reproduce
+    from velobins_eval.sim import simulate_flight
+
+    families = {"train": ("circle", "figure8", "helix"), "val": ("oval", "star")}
+    for i, (split, family) in enumerate((s, f) for s, fams in families.items() for f in fams):
+        (tmp_path / split).mkdir(exist_ok=True)
+        seq = simulate_flight("nano", family, 8.0, 100 + i, index=i)
+        write_csv(seq, tmp_path / split / f"{seq.name}.csv")
+    out = tmp_path / "out"
+    argv = ["--dataset", "csv", "--data", str(tmp_path / "train"), "--val", str(tmp_path / "val")]
+    argv += ["--schedule", "smoke", "--out", str(out), "--jobs", "2", "--no-progress"]
+    assert main_reproduce(argv) == 0
+
+    split = out / "val"
+    doc = json.loads((split / "metrics.json").read_text())
+    smoke = SCHEDULES["smoke"]
+    expected = {*TABLE2_ROWS, *TABLE3_ROWS.values(), *(sweep_row(n) for n in smoke.bins_sweep), IMU_ONLY}
+    assert set(doc) == expected
+    flights = {"sim_oval_003", "sim_star_004"}
+    for row, entry in doc.items():
+        assert set(entry["aggregate"]) == METRIC_NAMES and set(entry["flights"]) == flights
+        finite = ("ave", "rte", "ate") if row == IMU_ONLY else KEYS
+        for key in finite:
+            assert entry["aggregate"][key] is not None and math.isfinite(entry["aggregate"][key]), (row, key)
+    assert all(doc[IMU_ONLY]["aggregate"][k] is None for k in ("net_ave", "net_nll", "nees_median"))
+    for row in (HEADLINE, REGRESSION):
+        assert set(doc[row]["seeds"]) == {"0"} and set(doc[row]["aggregate_std"]) == METRIC_NAMES
+        assert doc[row]["seeds"]["0"] == doc[row]["aggregate"]
+    # The M rows share one network: same velocity, different reported variance.
+    m_rows = [doc[r]["aggregate"] for r in ("M^B", "M^C", "M^B+C")]
+    assert len({round(a["net_ave"], 6) for a in m_rows}) == 1
+    assert len({round(a["net_nll"], 4) for a in m_rows}) == 3
+
+    report = (split / "report.md").read_text()
+    for section in (
+        "## Table II",
+        "## Table III",
+        "## Bin resolution",
+        "## Main-table layout by trajectory shape",
+        "## Paper vs measured",
+        "### Discussion",
+        "PLACEHOLDER",
+        "## How this differs from the paper",
+    ):
+        assert section in report, section
+    assert "| oval ×1 |" in report and "| star ×1 |" in report
+    assert report.count("**agrees**") + report.count("**disagrees**") == 6
+    for name in ("nees.png", "bins.png", "trajectory_oval.png", "trajectory_star.png"):
+        assert (split / "figures" / name).stat().st_size > 1000, name
+    config = json.loads((split / "config.json").read_text())
+    assert (config["schedule"], config["epochs"], config["stride"], config["seeds"]) == ("smoke", 1, 50, [0])
+    assert config["git_commit"] and config["wall_time_s"] > 0 and "--schedule smoke" in config["command"]
+    assert config["data"]["val"] == str(tmp_path / "val")
+
+    # Resume: every model is finished, so a second training pass starts nothing.
+    jobs, _ = plan(smoke)
+    mtimes = {j.name: (model_dir(out, j.name) / "best.pt").stat().st_mtime for j in jobs}
+    seconds = run_trainings(jobs, smoke, "csv", tmp_path / "train", tmp_path / "val", out, 2, progress=False)
+    assert seconds == dict.fromkeys(mtimes, 0.0)
+    assert {j.name: (model_dir(out, j.name) / "best.pt").stat().st_mtime for j in jobs} == mtimes
