@@ -59,3 +59,26 @@ def test_labels_carry_no_gradient_and_keep_dtype():
     v = torch.tensor([[0.1, 0.2, -0.3], [1.0, 0.0, 2.0]])
     q = error_conditioned_labels(v_hat, v, GRID)
     assert q.shape == (2, 3, 256) and q.dtype == torch.float32 and not q.requires_grad
+
+
+def test_gaussian_bin_mass_matches_phi_differences_and_keeps_tail_precision():
+    v = torch.tensor([0.37, -1.1], dtype=torch.float64)
+    sigma = torch.tensor([0.05, 0.3], dtype=torch.float64)
+    lo, hi = GRID.edges(torch.float64)
+    za = (lo - v.unsqueeze(-1)) / sigma.unsqueeze(-1)
+    zb = (hi - v.unsqueeze(-1)) / sigma.unsqueeze(-1)
+    # upper-tail form via erfc is exact for far bins on both sides (erfc(−x) = 2 − erfc(x) only near 0)
+    sf = lambda z: 0.5 * torch.special.erfc(z / 2**0.5)  # noqa: E731
+    ref = torch.where(za >= 0, sf(za) - sf(zb), sf(-zb) - sf(-za))
+    ref = ref / ref.sum(-1, keepdim=True)
+    got = gaussian_bin_mass(v, sigma, GRID)
+    kept = ref > 1e-290  # (differences of subnormal tails below)
+    torch.testing.assert_close(got[kept], ref[kept], rtol=1e-9, atol=0.0)
+    assert 0 < got[0, 85] < 1e-200 and 0 < got[0, 175] < 1e-90  # ±25..34 σ: tiny, not cancelled to 0
+
+
+def test_rows_already_centred_are_returned_untilted():
+    v = B[[40, 41, 100]].clone()  # bin centres: the symmetric Gaussian mass already has mean v
+    sigma = torch.full_like(v, 3 * GRID.width)
+    q = error_conditioned_labels(v + sigma, v, GRID)
+    torch.testing.assert_close(q, gaussian_bin_mass(v, sigma, GRID), rtol=0, atol=0)

@@ -25,21 +25,31 @@ total                                                                      69 93
 69 936 is within 0.2 % of the paper's 69.8 k. Time positions use a fixed sinusoidal encoding
 (no parameters, any window length).
 
-Speed trick (exact): only h = the last token of the last layer is used, so the last layer
-computes keys/values for every token but the query, attention output and feed-forward only for
-the last token. :meth:`Encoder.forward` with ``last_token_only=False`` runs the plain
-all-token computation (used by tests and the "straightforward" benchmark baseline).
+Speed trick (exact): only h = the last token of the last layer is used, so the last layer runs
+its query, attention output and feed-forward for the last token only; with one query per head
+its attention folds into per-head (d × d) matrices so no key or value is projected at all
+(:func:`velobins_net.fastpath._last_layer`). That path runs on fused weights
+(:mod:`velobins_net.fastpath`: one block-diagonal branch convolution, no module calls), cached in
+eval mode when gradients are off. :meth:`Encoder.forward` with ``last_token_only=False`` runs the
+plain module-by-module all-token computation (the reference for tests and the "straightforward"
+benchmark baseline); :meth:`TransformerLayer.forward` keeps an unfolded last-token option.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from .config import ModelConfig
+from .fastpath import EncoderWeights, encode, fuse_encoder, map_tensors
+
+DENSE_MIX_MAX_BATCH = 16
+"""Inference batches up to this size use the dense block-diagonal mixing convolution (fixed cost
+of the grouped kernel dominates there); larger ones keep the grouped kernel (1/3 of the FLOPs)."""
 
 
 def sinusoidal_table(length: int, dim: int, base: float = 10000.0) -> torch.Tensor:
@@ -94,6 +104,7 @@ class Encoder(nn.Module):
         super().__init__()
         c, k, d = cfg.conv_channels, cfg.conv_kernel, cfg.d_model
         self.square_rotor = cfg.rotor_kind == "rpm"
+        self.window_len = cfg.window_len
         n_in = cfg.input_channels
         # Normalisation statistics: fitted on the training set (data.fit_normalization), then frozen.
         self.register_buffer("norm_mean", torch.zeros(n_in))
@@ -106,6 +117,38 @@ class Encoder(nn.Module):
         self.register_buffer("time_pe", sinusoidal_table(cfg.window_len, d), persistent=False)
         self.layers = nn.ModuleList(TransformerLayer(d, cfg.num_heads, cfg.ffn_dim) for _ in range(cfg.num_layers))
         self.norm = nn.LayerNorm(d)
+        self._fused: tuple[EncoderWeights, EncoderWeights] | None = None
+        self._register_load_state_dict_pre_hook(self._drop_cache_hook)
+
+    # ------------------------------------------------------------------ fused-weight cache
+    def inference_weights(self, batch: int = 1) -> EncoderWeights:
+        """Fused weights for a gradient-free eval forward of ``batch`` windows, computed once and cached.
+
+        The cache is dropped by :meth:`train`, device/dtype moves, ``load_state_dict`` and
+        :meth:`set_normalization`; call :meth:`invalidate_cache` after editing parameters in place
+        while in eval mode.
+        """
+        if self._fused is None:
+            with torch.inference_mode(False), torch.no_grad():
+                self._fused = (_detached(fuse_encoder(self, True)), _detached(fuse_encoder(self, False)))
+        return self._fused[0] if batch <= DENSE_MIX_MAX_BATCH else self._fused[1]
+
+    def invalidate_cache(self) -> None:
+        """Forget the cached fused weights (parameters or normalisation changed)."""
+        self._fused = None
+
+    def train(self, mode: bool = True) -> Encoder:
+        """Switching mode drops the fused-weight cache."""
+        self._fused = None
+        return super().train(mode)
+
+    def _apply(self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True) -> Encoder:
+        """Device / dtype moves (``to``, ``double`` …) drop the caches."""
+        self._fused = None
+        return super()._apply(fn, recurse)
+
+    def _drop_cache_hook(self, *args: object, **kwargs: object) -> None:
+        self._fused = None
 
     def set_normalization(self, mean: torch.Tensor, std: torch.Tensor) -> None:
         """Install training-set statistics of the (rotor-transformed) input channels."""
@@ -115,6 +158,7 @@ class Encoder(nn.Module):
             raise ValueError("normalisation: every channel std must be > 0")
         self.norm_mean.copy_(mean)
         self.norm_std.copy_(std)
+        self._fused = None
 
     def preprocess(self, x: torch.Tensor) -> torch.Tensor:
         """Rotor feature (ω² for rpm, raw pwm) then per-channel standardisation; x (B, T, 6+K)."""
@@ -123,14 +167,27 @@ class Encoder(nn.Module):
         return (x - self.norm_mean) / self.norm_std
 
     def forward(self, x: torch.Tensor, last_token_only: bool = True) -> torch.Tensor:
-        """x (B, T, 6+K) raw window → h (B, D_h)."""
+        """x (B, T, 6+K) raw window → h (B, D_h).
+
+        ``last_token_only=True``: fused path (:func:`velobins_net.fastpath.encode`), on cached
+        weights in eval mode without gradients, else on weights fused from the parameters (so
+        training back-propagates into them). ``False``: the plain module-by-module reference.
+        """
         if x.shape[1] != self.time_pe.shape[0]:
             raise ValueError(f"encoder input: expected {self.time_pe.shape[0]} time steps, got {x.shape[1]}")
+        if last_token_only:
+            if self.training or torch.is_grad_enabled():
+                return encode(x, fuse_encoder(self, dense_mix=False))
+            return encode(x, self.inference_weights(x.shape[0]))
         z = self.preprocess(x).transpose(1, 2)  # (B, C, T)
         z = torch.cat([self.acc_conv(z[:, :3]), self.gyro_conv(z[:, 3:6]), self.rotor_conv(z[:, 6:])], dim=1)
         z = F.gelu(self.mix_conv(F.gelu(z)))
         z = self.proj(z.transpose(1, 2)) + self.time_pe
-        last = len(self.layers) - 1
-        for i, layer in enumerate(self.layers):
-            z = layer(z, last_token_only=last_token_only and i == last)
+        for layer in self.layers:
+            z = layer(z)
         return self.norm(z[:, -1])
+
+
+def _detached(w: EncoderWeights) -> EncoderWeights:
+    """Copy of fused weights with every tensor detached and contiguous (a cache independent of autograd)."""
+    return map_tensors(w, lambda _, t: t.detach().contiguous())

@@ -14,20 +14,43 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from .fastpath import EncoderWeights, HeadWeights, map_tensors, tensor_items
 from .model import VeloBinsNet
 
 
 class ExportWrapper(nn.Module):
-    """Tensor-only interface of a :class:`VeloBinsNet` in eval mode."""
+    """Tensor-only interface of a :class:`VeloBinsNet` in eval mode.
+
+    Runs the fused fast path (:mod:`velobins_net.fastpath`). Its fused weights are registered
+    here as buffers, so tracers and the ONNX exporter see them as module state of known shape.
+    """
 
     def __init__(self, model: VeloBinsNet):
         super().__init__()
         self.model = model.eval()
         self.has_bins = model.bins is not None
+        with torch.no_grad():
+            enc = model.encoder.inference_weights(1)
+            self._heads = model.head_weights()
+        self._enc = enc
+        self._buffer_names: dict[str, str] = {}
+        for path, value in [*tensor_items(enc, "enc"), *tensor_items(self._heads, "head")]:
+            name = "fused_" + path.replace(".", "_")
+            self.register_buffer(name, value.clone(), persistent=False)
+            self._buffer_names[path] = name
+
+    def _weights(self) -> tuple[EncoderWeights, HeadWeights]:
+        """The fused weights rebuilt from this module's buffers (so tracers record them as module state)."""
+
+        def buffer(path: str, _: torch.Tensor) -> torch.Tensor:
+            return getattr(self, self._buffer_names[path])
+
+        return map_tensors(self._enc, buffer, "enc"), map_tensors(self._heads, buffer, "head")
 
     def forward(self, window: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """window (B, T, 6+K) → (velocity, variance[, probs])."""
-        out = self.model(window)
+        enc, heads = self._weights()
+        out = self.model.fused_forward(window, enc, heads)
         if out.logits is None:
             return out.v, out.var
         return out.v, out.var, torch.softmax(out.logits, dim=-1)

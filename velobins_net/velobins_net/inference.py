@@ -173,7 +173,7 @@ class StreamingPredictor:
             return None
         stamp, win = res
         self._last_run = stamp
-        with torch.inference_mode():
+        with torch.inference_mode():  # gradient-free eval call: the model's fused, cached fast path
             x = torch.from_numpy(win.astype(np.float32)).unsqueeze(0).to(self._device)
             out = self.model(x)
         probs = None

@@ -19,6 +19,7 @@ and averaged over the batch.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -58,8 +59,18 @@ def gaussian_nll(v_hat: torch.Tensor, log_sigma: torch.Tensor, v: torch.Tensor) 
     return (_HALF_LOG_2PI + log_sigma + 0.5 * (v - v_hat).square() * torch.exp(-2.0 * log_sigma)).sum(-1).mean()
 
 
+LabelFn = Callable[[torch.Tensor, torch.Tensor, BinGrid], torch.Tensor]
+"""Signature of a label builder: (v̂, v, grid) → q (§III-C)."""
+
+
 def variant_loss(
-    variant: Variant, out: NetOutput, v: torch.Tensor, grid: BinGrid, centres: torch.Tensor, use_nll: bool = False
+    variant: Variant,
+    out: NetOutput,
+    v: torch.Tensor,
+    grid: BinGrid,
+    centres: torch.Tensor,
+    use_nll: bool = False,
+    label_fn: LabelFn = error_conditioned_labels,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Total training loss of a variant and its named terms (for logging).
 
@@ -70,6 +81,8 @@ def variant_loss(
         grid: bin grid (labels).
         centres: (N,) bin centres on the model's device.
         use_nll: regression baseline only: True once past the Huber warm-up epochs.
+        label_fn: builds the KL labels (the straightforward benchmark baseline passes
+            :func:`velobins_net.labels.reference_error_conditioned_labels`).
     """
     terms: dict[str, torch.Tensor] = {}
     if variant.is_regression:
@@ -84,7 +97,7 @@ def variant_loss(
         if variant.uses_huber:
             terms["huber"] = LAMBDA_HUBER * huber_loss(out.v, v)
         if variant.uses_kl:
-            q = error_conditioned_labels(out.v, v, grid).to(out.logits.dtype)
+            q = label_fn(out.v, v, grid).to(out.logits.dtype)
             terms["kl"] = LAMBDA_KL * kl_loss(q, out.logits)
         if variant.uses_mixture:
             assert out.log_sigma is not None
