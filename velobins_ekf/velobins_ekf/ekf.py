@@ -161,6 +161,10 @@ class UpdateResult:
     """(3, 3) covariance of the fused world velocity (for NEES)."""
     vel_body_cov: np.ndarray
     """(3, 3) covariance of the fused body velocity, H P Hᵀ (for NEES against body ground truth)."""
+    pos: np.ndarray
+    """(3,) world position right after the update [m] (the ATE/RTE sample of this update)."""
+    quat: np.ndarray
+    """(4,) body->world orientation (x, y, z, w) right after the update."""
 
 
 class ErrorStateEkf:
@@ -428,6 +432,8 @@ class ErrorStateEkf:
             vel_body=self.state.body_velocity,
             vel_world_cov=self.cov[VEL, VEL].copy(),
             vel_body_cov=h6 @ p6 @ h6.T,
+            pos=self.state.pos.copy(),
+            quat=self.state.quat,
         )
 
     # ------------------------------------------------------------------ covariance hygiene

@@ -7,9 +7,10 @@ re-orders its inputs). Outputs:
   covariance, twist in ``base_link`` (linear: fused body velocity; angular: bias-corrected rate);
 * ``/velobins/path`` (``nav_msgs/Path``, bounded length) and TF ``odom -> base_link``
   (``tf2_ros`` when installed, else ``tf2_msgs/TFMessage`` on ``/tf`` directly);
-* ``/velobins/ekf/update`` (``geometry_msgs/TwistWithCovarianceStamped``, frame ``odom``): the fused
-  world velocity and its covariance right after each velocity update, at the measurement stamp
-  (the per-update NEES of the evaluation).
+* ``/velobins/ekf/update`` (``nav_msgs/Odometry`` with ``child_frame_id`` = ``odom``, i.e. the twist
+  is in the world frame): the state right after each velocity update, at the measurement stamp —
+  fused position and orientation, fused world velocity and its covariance (what the evaluation
+  scores per update: ATE/RTE samples and the per-update NEES).
 
 Initialisation: ``init_mode: align`` (on a vehicle: gravity alignment from the first IMU samples,
 velocity from the first network output) or ``ground_truth`` (evaluation: the state of the first
@@ -24,10 +25,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import rclpy
-from geometry_msgs.msg import PoseStamped, TransformStamped, TwistWithCovarianceStamped
+from geometry_msgs.msg import PoseStamped, TransformStamped
 from nav_msgs.msg import Odometry, Path
 from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
+from rclpy.qos import QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import Imu
 
 from velobins_msgs.msg import VelocityEstimate
@@ -62,7 +64,7 @@ class EkfNodeConfig:
     path_topic: str = "/velobins/path"
     """Output nav_msgs/Path (empty disables it)."""
     update_topic: str = "/velobins/ekf/update"
-    """Output per-update fused world velocity with covariance, frame odom (empty disables it)."""
+    """Output per-update state (nav_msgs/Odometry, twist in odom) for evaluation (empty disables it)."""
     ground_truth_topic: str = "/ground_truth/odometry"
     """nav_msgs/Odometry that initialises the filter when init_mode is ground_truth."""
     init_mode: str = "align"
@@ -79,6 +81,10 @@ class EkfNodeConfig:
     """IMU-time spacing of the poses appended to the path [s]."""
     path_max_length: int = 3000
     """Poses kept in the path (oldest dropped first)."""
+    path_publish_period: float = 1.0
+    """IMU-time spacing of path messages [s]: the whole path is re-sent each time, so not per pose."""
+    output_queue_depth: int = 10
+    """History depth of the reliable outputs (DESIGN: 10); evaluation raises it so a busy recorder loses nothing."""
     time_jump_reset: float = 0.5
     """IMU stamps going back by more than this [s] restart the filter (bag loop, clock reset)."""
     input_queue_depth: int = 200
@@ -103,16 +109,18 @@ class EkfNode(Node):
         self._last_imu_t: float | None = None
         self._last_odom_t = -math.inf
         self._last_path_t = -math.inf
+        self._last_path_pub_t = -math.inf
         self._last_update_t = -math.inf
         self._last_gyro = np.zeros(3)
         self._dt = 0.01
         self.resets = 0
 
-        self.odom_pub = self.create_publisher(Odometry, cfg.odometry_topic, RELIABLE_QOS)
+        out_qos = QoSProfile(depth=cfg.output_queue_depth, reliability=ReliabilityPolicy.RELIABLE)
+        self.odom_pub = self.create_publisher(Odometry, cfg.odometry_topic, out_qos)
         self.path_pub = self.create_publisher(Path, cfg.path_topic, RELIABLE_QOS) if cfg.path_topic else None
         self.update_pub = None
         if cfg.update_topic:
-            self.update_pub = self.create_publisher(TwistWithCovarianceStamped, cfg.update_topic, RELIABLE_QOS)
+            self.update_pub = self.create_publisher(Odometry, cfg.update_topic, out_qos)
         self.path = Path()
         self.path.header.frame_id = cfg.odom_frame
         self._tf = self._make_tf_broadcaster() if cfg.publish_tf else None
@@ -194,7 +202,7 @@ class EkfNode(Node):
         """Restart the filter (initialises again per init_mode) and clear the path."""
         self.filter = self._new_filter()
         self._last_imu_t = None
-        self._last_odom_t = self._last_path_t = self._last_update_t = -math.inf
+        self._last_odom_t = self._last_path_t = self._last_path_pub_t = self._last_update_t = -math.inf
         self.path.poses = []
         self.resets += 1
 
@@ -211,9 +219,12 @@ class EkfNode(Node):
             if not r.stamp > self._last_update_t or not np.all(np.isfinite(r.vel_world)):
                 continue
             self._last_update_t = r.stamp
-            out = TwistWithCovarianceStamped()
+            out = Odometry()
             sec_to_stamp(r.stamp, out.header.stamp)
-            out.header.frame_id = self.config.odom_frame
+            out.header.frame_id = out.child_frame_id = self.config.odom_frame  # twist in the world frame
+            set_xyz(out.pose.pose.position, r.pos)
+            q = out.pose.pose.orientation
+            q.x, q.y, q.z, q.w = (float(x) for x in r.quat)
             set_xyz(out.twist.twist.linear, r.vel_world)
             cov = np.zeros((6, 6))
             cov[:3, :3] = r.vel_world_cov
@@ -265,8 +276,10 @@ class EkfNode(Node):
             self.path.poses.append(pose)
             if len(self.path.poses) > cfg.path_max_length:
                 del self.path.poses[: len(self.path.poses) - cfg.path_max_length]
-            self.path.header.stamp = stamp
-            self.path_pub.publish(self.path)
+            if t - self._last_path_pub_t >= cfg.path_publish_period - 1e-9:
+                self._last_path_pub_t = t
+                self.path.header.stamp = stamp
+                self.path_pub.publish(self.path)
 
 
 def main(args: list[str] | None = None) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import rclpy
-from geometry_msgs.msg import PoseStamped, TwistWithCovarianceStamped
+from geometry_msgs.msg import PoseStamped
 from nav_msgs.msg import Odometry
 from nav_msgs.msg import Path as PathMsg
 from rclpy.executors import ExternalShutdownException
@@ -47,7 +47,7 @@ class EvalNodeConfig:
     velocity_topic: str = "/velobins/velocity"
     """Network estimates (velobins_msgs/VelocityEstimate)."""
     update_topic: str = "/velobins/ekf/update"
-    """Fused world velocity with covariance right after each EKF update."""
+    """EKF state right after each update (nav_msgs/Odometry, twist in odom, with covariance)."""
     odometry_topic: str = "/velobins/odometry"
     """Fused odometry (nav_msgs/Odometry)."""
     ground_truth_topic: str = "/ground_truth/odometry"
@@ -83,7 +83,7 @@ class EvalNode(Node):
         self.table = ""
         qos = QoSProfile(depth=cfg.queue_depth, reliability=ReliabilityPolicy.RELIABLE)
         self.create_subscription(VelocityEstimate, cfg.velocity_topic, self.on_velocity, qos)
-        self.create_subscription(TwistWithCovarianceStamped, cfg.update_topic, self.on_update, qos)
+        self.create_subscription(Odometry, cfg.update_topic, self.on_update, qos)
         self.create_subscription(Odometry, cfg.odometry_topic, self.on_odometry, qos)
         self.create_subscription(Odometry, cfg.ground_truth_topic, self.on_ground_truth, qos)
         self.create_subscription(Bool, cfg.finished_topic, self.on_finished, FINISHED_QOS)
@@ -102,10 +102,10 @@ class EvalNode(Node):
         else:
             self.drops.drop("velocity_non_finite")
 
-    def on_update(self, msg: TwistWithCovarianceStamped) -> None:
-        v = msg.twist.twist.linear
+    def on_update(self, msg: Odometry) -> None:
+        v, p = msg.twist.twist.linear, msg.pose.pose.position
         cov = np.asarray(msg.twist.covariance).reshape(6, 6)[:3, :3].reshape(-1)
-        self.upd.append([stamp_to_sec(msg.header.stamp), v.x, v.y, v.z, *cov])
+        self.upd.append([stamp_to_sec(msg.header.stamp), v.x, v.y, v.z, *cov, p.x, p.y, p.z])
 
     def on_odometry(self, msg: Odometry) -> None:
         p = msg.pose.pose.position
@@ -152,14 +152,13 @@ class EvalNode(Node):
         keep = (common >= truth.t[0]) & (common <= truth.t[-1])
         i_upd, i_net = i_upd[keep], i_net[keep]
         t = upd[i_upd, 0]
-        p_at = np.stack([np.interp(t, odom[:, 0], odom[:, 1 + i]) for i in range(3)], axis=1)
         record = FlightRecord(
             flight=self.config.flight,
             method=self.config.label,
             t=t,
             v_net=net[i_net, 1:4],
             var_net=net[i_net, 4:7],
-            p_fused=p_at,
+            p_fused=upd[i_upd, 13:16],
             v_fused=upd[i_upd, 1:4],
             cov_fused=upd[i_upd, 4:13].reshape(-1, 3, 3),
             t_traj=odom[:, 0],

@@ -131,14 +131,13 @@ def fuse_flight(seq: Sequence, t: np.ndarray, v: np.ndarray, var: np.ndarray, me
         raise ValueError(f"{seq.source}: the filter applied no update (stats: {res.stats})")
     t_upd = np.array([u.stamp for u in ups])
     index = np.searchsorted(t, t_upd)
-    p_at = np.stack([np.interp(t_upd, res.t, res.pos[:, i]) for i in range(3)], axis=1)
     return FlightRecord(
         flight=seq.name,
         method=method,
         t=t_upd,
         v_net=v[index],
         var_net=var[index],
-        p_fused=p_at,
+        p_fused=np.array([u.pos for u in ups]),
         v_fused=np.array([u.vel_world for u in ups]),
         cov_fused=np.array([u.vel_world_cov for u in ups]),
         t_traj=res.t,
