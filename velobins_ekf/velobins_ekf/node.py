@@ -24,10 +24,8 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-import rclpy
 from geometry_msgs.msg import PoseStamped, TransformStamped
 from nav_msgs.msg import Odometry, Path
-from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import Imu
@@ -38,6 +36,7 @@ from velobins_ros import (
     DropCounter,
     declare_config,
     reject_runtime_changes,
+    run_node,
     sec_to_stamp,
     sensor_qos,
     set_xyz,
@@ -283,24 +282,7 @@ class EkfNode(Node):
 
 
 def main(args: list[str] | None = None) -> None:
-    rclpy.init(args=args)
-    node = None
-    try:
-        node = EkfNode()
-        rclpy.spin(node)
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    except Exception as exc:
-        if node is None:
-            rclpy.logging.get_logger("velobins_ekf").fatal(f"cannot start: {exc}")
-            raise SystemExit(1) from exc
-        raise
-    finally:
-        if node is not None:
-            node.get_logger().info(node.drops.summary())
-            node.destroy_node()
-        if rclpy.ok():
-            rclpy.shutdown()
+    run_node(EkfNode, "velobins_ekf", args)
 
 
 if __name__ == "__main__":

@@ -10,9 +10,12 @@ import dataclasses
 import itertools
 import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Any, TypeVar
 
+import rclpy
 from rcl_interfaces.msg import ParameterDescriptor, SetParametersResult
+from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 
@@ -140,3 +143,31 @@ class DropCounter:
         self.node.get_logger().warning(
             f"dropped since last report: {dict(sorted(new.items()))}; total {sum(self.counts.values())}"
         )
+
+
+def run_node(factory: Callable[[], Node], name: str, args: list[str] | None = None) -> None:
+    """``main`` of a spinning node: init, build, spin until Ctrl-C / shutdown, log drops, clean up.
+
+    A node that cannot start (bad checkpoint, invalid parameter) logs one fatal line with the reason
+    and exits with status 1 instead of a traceback.
+    """
+    rclpy.init(args=args)
+    node = None
+    try:
+        node = factory()
+        rclpy.spin(node)
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    except Exception as exc:
+        if node is None:
+            rclpy.logging.get_logger(name).fatal(f"cannot start: {exc}")
+            raise SystemExit(1) from exc
+        raise
+    finally:
+        if node is not None:
+            drops = getattr(node, "drops", None)
+            if drops is not None:
+                node.get_logger().info(drops.summary())
+            node.destroy_node()
+        if rclpy.ok():
+            rclpy.shutdown()

@@ -15,10 +15,8 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-import rclpy
 import torch
 from geometry_msgs.msg import TwistWithCovarianceStamped
-from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from sensor_msgs.msg import Imu
 
@@ -28,6 +26,7 @@ from velobins_ros import (
     DropCounter,
     declare_config,
     reject_runtime_changes,
+    run_node,
     sensor_qos,
     set_xyz,
     stamp_to_sec,
@@ -185,24 +184,7 @@ class VeloBinsNetNode(Node):
 
 
 def main(args: list[str] | None = None) -> None:
-    rclpy.init(args=args)
-    node = None
-    try:
-        node = VeloBinsNetNode()
-        rclpy.spin(node)
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    except Exception as exc:  # a clear, single-line reason for a failed start (bad checkpoint, ...)
-        if node is None:
-            rclpy.logging.get_logger("velobins_net").fatal(f"cannot start: {exc}")
-            raise SystemExit(1) from exc
-        raise
-    finally:
-        if node is not None:
-            node.get_logger().info(node.drops.summary())
-            node.destroy_node()
-        if rclpy.ok():
-            rclpy.shutdown()
+    run_node(VeloBinsNetNode, "velobins_net", args)
 
 
 if __name__ == "__main__":
