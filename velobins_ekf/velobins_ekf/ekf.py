@@ -163,8 +163,9 @@ class UpdateResult:
     """(3, 3) covariance of the fused body velocity, H P Hᵀ (for NEES against body ground truth)."""
     pos: np.ndarray
     """(3,) world position right after the update [m] (the ATE/RTE sample of this update)."""
-    quat: np.ndarray
-    """(4,) body->world orientation (x, y, z, w) right after the update."""
+    rot: np.ndarray
+    """(3, 3) body->world rotation right after the update (a copy; converting to a quaternion here
+    would cost more than the update itself)."""
 
 
 class ErrorStateEkf:
@@ -391,12 +392,13 @@ class ErrorStateEkf:
         pht = p[:, 0:6] @ h6.T  # (15, 3): H is zero beyond the first 6 columns
         s = h6 @ pht[0:6] + r
         s = 0.5 * (s + s.T)
-        s_inv_y = np.linalg.solve(s, y)
-        nis = float(y @ s_inv_y)
+        # One factorisation of S for both S⁻¹y (NIS) and K = P Hᵀ S⁻¹ (S symmetric).
+        sol = np.linalg.solve(s, np.column_stack((y, pht.T)))
+        nis = float(y @ sol[:, 0])
         if self.config.gate_enabled and nis > self.config.gate_threshold:
             return self._result(stamp, False, y, s, nis)
 
-        k = np.linalg.solve(s, pht.T).T  # K = P Hᵀ S⁻¹ (S symmetric)
+        k = sol[:, 1:].T
         dx = k @ y
         ikh = np.eye(DIM) - k @ h_jac
         p_new = ikh @ p @ ikh.T + k @ r @ k.T
@@ -433,7 +435,7 @@ class ErrorStateEkf:
             vel_world_cov=self.cov[VEL, VEL].copy(),
             vel_body_cov=h6 @ p6 @ h6.T,
             pos=self.state.pos.copy(),
-            quat=self.state.quat,
+            rot=self.state.rot.copy(),
         )
 
     # ------------------------------------------------------------------ covariance hygiene

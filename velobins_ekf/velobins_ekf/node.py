@@ -46,6 +46,7 @@ from velobins_ros import (
 from .config import EkfConfig
 from .ekf import BG, NavState
 from .runner import VelocityEkf
+from .so3 import matrix_to_quat
 
 INIT_MODES = ("align", "ground_truth")
 
@@ -223,7 +224,7 @@ class EkfNode(Node):
             out.header.frame_id = out.child_frame_id = self.config.odom_frame  # twist in the world frame
             set_xyz(out.pose.pose.position, r.pos)
             q = out.pose.pose.orientation
-            q.x, q.y, q.z, q.w = (float(x) for x in r.quat)
+            q.x, q.y, q.z, q.w = (float(x) for x in matrix_to_quat(r.rot))
             set_xyz(out.twist.twist.linear, r.vel_world)
             cov = np.zeros((6, 6))
             cov[:3, :3] = r.vel_world_cov
