@@ -930,7 +930,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--dataset", required=True, choices=DATASET_KINDS, help="adapter of the flight directories")
     p.add_argument("--data", required=True, type=Path, help="training flights")
-    p.add_argument("--val", required=True, type=Path, help="validation flights (model selection; evaluated)")
+    p.add_argument(
+        "--val",
+        type=Path,
+        help="validation flights (model selection; evaluated); default: <data>/val when --data "
+        "is a dataset root holding train/ and val/ (as ../shared/data/nanobench)",
+    )
     p.add_argument("--test", type=Path, help="test flights (evaluated and reported separately)")
     p.add_argument("--schedule", default="cpu", choices=tuple(SCHEDULES), help="training schedule (SCHEDULES)")
     p.add_argument("--out", required=True, type=Path, help="output directory (resumable: finished models are kept)")
@@ -961,6 +966,10 @@ def _check_manifest(out: Path, manifest: dict[str, Any]) -> None:
 
 def main_reproduce(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.val is None:
+        if not ((args.data / "train").is_dir() and (args.data / "val").is_dir()):
+            raise ValueError(f"--val not given and {args.data} has no train/ and val/ folders")
+        args.data, args.val = args.data / "train", args.data / "val"
     for name in ("data", "val", "test", "out"):
         if getattr(args, name) is not None:
             setattr(args, name, getattr(args, name).resolve())
