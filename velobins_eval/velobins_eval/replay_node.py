@@ -52,6 +52,8 @@ class ReplayConfig:
     """Latched std_msgs/Bool published True after the last message."""
     wait_for_imu_subscribers: int = 0
     """Before the first message, wait until /imu has this many subscribers (e.g. 2: network + EKF)."""
+    wait_for_ground_truth_subscribers: int = 0
+    """... and /ground_truth/odometry this many (e.g. 2: an EKF started from ground truth + the eval node)."""
     wait_timeout: float = 60.0
     """Longest wait for those subscribers [s]; then the replay starts anyway, with a warning."""
 
@@ -66,6 +68,7 @@ _DESCRIPTIONS = {
     "start_delay": "wall time to wait for discovery before the first message [s]",
     "finished_topic": "latched std_msgs/Bool set True when the flight has been published",
     "wait_for_imu_subscribers": "wait for this many /imu subscribers before replaying (0: no wait)",
+    "wait_for_ground_truth_subscribers": "wait for this many ground-truth subscribers before replaying (0: no wait)",
     "wait_timeout": "longest wait for those subscribers [s]",
 }
 
@@ -123,20 +126,26 @@ class ReplayNode(Node):
         return msgs, pubs
 
     def _wait_for_subscribers(self) -> None:
-        want = self.config.wait_for_imu_subscribers
-        imu = self.publishers_by_topic.get(bag.TOPIC_IMU)
-        if want <= 0 or imu is None:
+        """Hold the replay until the configured subscribers are matched (start-up race), or time out."""
+        wanted = {
+            bag.TOPIC_IMU: self.config.wait_for_imu_subscribers,
+            bag.TOPIC_GT: self.config.wait_for_ground_truth_subscribers,
+        }
+        wanted = {topic: n for topic, n in wanted.items() if n > 0 and topic in self.publishers_by_topic}
+        if not wanted:
             return
         deadline = time.monotonic() + self.config.wait_timeout
-        while rclpy.ok() and imu.get_subscription_count() < want and time.monotonic() < deadline:
+
+        def missing() -> dict[str, str]:
+            counts = {topic: self.publishers_by_topic[topic].get_subscription_count() for topic in wanted}
+            return {topic: f"{counts[topic]}/{n}" for topic, n in wanted.items() if counts[topic] < n}
+
+        while rclpy.ok() and missing() and time.monotonic() < deadline:
             time.sleep(0.05)
-        have = imu.get_subscription_count()
-        if have < want:
-            self.get_logger().warning(
-                f"only {have}/{want} subscribers on {bag.TOPIC_IMU} after {self.config.wait_timeout:g} s"
-            )
+        if missing():
+            self.get_logger().warning(f"subscribers still missing after {self.config.wait_timeout:g} s: {missing()}")
         else:
-            self.get_logger().info(f"{have} subscriber(s) on {bag.TOPIC_IMU}: starting")
+            self.get_logger().info(f"subscribers matched on {sorted(wanted)}: starting")
 
     def _play(self) -> None:
         self._wait_for_subscribers()
