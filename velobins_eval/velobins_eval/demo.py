@@ -21,9 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
-from . import report
+from . import metrics, report
 
 MODELS = (("G+H^B", ["--variant", "G+H", "--uncertainty", "B", "--encoding", "spe"]), ("reg", ["--variant", "reg"]))
 
@@ -167,8 +165,8 @@ def main_demo(argv: list[str] | None = None) -> int:
     doc = json.loads((out / "offline" / "metrics.json").read_text())
     if not args.skip_graph:
         for label, flights in graph_metrics.items():
-            agg = {k: float(np.nanmean([_nan(f[k]) for f in flights.values()])) for k in report.KEYS}
-            doc[label] = {"aggregate": agg, "flights": flights, "source": "ros graph"}
+            per_flight = {f: metrics.FlightMetrics(**{k: _nan(v) for k, v in m.items()}) for f, m in flights.items()}
+            doc[label] = {"aggregate": report.aggregate(per_flight), "flights": flights, "source": "ros graph"}
     rows = {m: {k: _nan(v) for k, v in d["aggregate"].items()} for m, d in doc.items()}
     table = report.markdown_table(rows, len(seqs))
     config = {

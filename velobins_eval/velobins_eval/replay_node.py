@@ -19,13 +19,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import rclpy
-from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from rosbags.rosbag2 import Reader
 from rosgraph_msgs.msg import Clock
 from std_msgs.msg import Bool
+
+from velobins_ros import declare_config
 
 from . import bag
 
@@ -58,20 +59,6 @@ class ReplayConfig:
     """Longest wait for those subscribers [s]; then the replay starts anyway, with a warning."""
 
 
-_DESCRIPTIONS = {
-    "bag": "rosbag2 directory to replay (written by `velobins convert`)",
-    "rate": "playback speed factor (2.0 = twice real time)",
-    "start_offset": "seconds of bag time to skip at the start [s]",
-    "loop": "restart at the end (bag time jumps backwards)",
-    "publish_clock": "publish /clock from bag stamps for use_sim_time nodes",
-    "exit_on_end": "shut down after the last message (ignored with loop)",
-    "start_delay": "wall time to wait for discovery before the first message [s]",
-    "finished_topic": "latched std_msgs/Bool set True when the flight has been published",
-    "wait_for_imu_subscribers": "wait for this many /imu subscribers before replaying (0: no wait)",
-    "wait_for_ground_truth_subscribers": "wait for this many ground-truth subscribers before replaying (0: no wait)",
-    "wait_timeout": "longest wait for those subscribers [s]",
-}
-
 FINISHED_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
 """QoS of the finished flag: latched so a late subscriber still learns the flight ended."""
 
@@ -85,10 +72,7 @@ class ReplayNode(Node):
 
     def __init__(self) -> None:
         super().__init__("velobins_replay")
-        defaults = ReplayConfig()
-        for name, description in _DESCRIPTIONS.items():
-            self.declare_parameter(name, getattr(defaults, name), ParameterDescriptor(description=description))
-        self.config = ReplayConfig(**{n: self.get_parameter(n).value for n in _DESCRIPTIONS})
+        self.config = declare_config(self, ReplayConfig())
         if not self.config.bag:
             raise ValueError("parameter 'bag' is required (a rosbag2 directory)")
         if self.config.rate <= 0:

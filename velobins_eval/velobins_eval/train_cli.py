@@ -71,6 +71,7 @@ def main_train(argv: list[str] | None = None) -> int:
 
     from velobins_net.config import ModelConfig
     from velobins_net.train import TrainConfig, train
+    from velobins_net.variants import parse_variant
 
     from .datasets import load_directory
 
@@ -87,20 +88,19 @@ def main_train(argv: list[str] | None = None) -> int:
     rotors = {s.num_rotors for s in train_seqs + val_seqs}
     if len(kinds) != 1 or len(rotors) != 1:
         raise ValueError(f"flights mix rotor kinds {sorted(kinds)} or rotor counts {sorted(rotors)}")
-    name = variant_name(args.variant, args.uncertainty)
-    source = "C" if name == "reg" else name.split("^")[1]
+    variant = parse_variant(variant_name(args.variant, args.uncertainty))
     model = ModelConfig(
         num_rotors=rotors.pop(),
         rotor_kind=kinds.pop(),
         num_bins=args.bins,
         bin_encoding=args.encoding,
-        head="reg" if name == "reg" else "bins",
-        uncertainty=source,
-        cov_head="C" in source,
+        head="reg" if variant.is_regression else "bins",
+        uncertainty=variant.uncertainty,
+        cov_head="C" in variant.uncertainty,
     )
     cfg = TrainConfig(
         model=model,
-        variant=name,
+        variant=variant.name,
         epochs=args.epochs,
         batch_size=args.batch_size,
         lr=args.lr,
