@@ -155,7 +155,9 @@ def test_one_hour_flight_stays_finite_pd_and_bounded() -> None:
         output_stride=200,
         keep_updates=False,
         check_covariance=True,
+        record_covariance=True,
     )
+    assert res.cov_diag is not None and res.cov_diag.shape == (res.t.size, 15)
     assert np.all(np.isfinite(res.pos)) and np.all(np.isfinite(res.cov_diag))
     assert res.stats.meas_applied == tm.size
     assert res.min_eigenvalue > 0 and res.max_asymmetry < 1e-12

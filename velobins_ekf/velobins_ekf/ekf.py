@@ -44,8 +44,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from velobins_ekf.config import EkfConfig
+from velobins_ekf.propagation import compose, propagate_nominal, transition_and_noise
 from velobins_ekf.so3 import (
-    SMALL_ANGLE,
     exp_coefficients,
     matrix_to_quat,
     orthonormalise,
@@ -70,7 +70,8 @@ DIM = 15
 
 _SYMMETRISE_EVERY = 256  # propagations between symmetrising P and re-orthonormalising R (round-off hygiene)
 _PD_FLOOR = 1e-15  # smallest eigenvalue kept by the PD guard (relative to the largest)
-_SMALL_HALF_ANGLE2 = (0.5 * SMALL_ANGLE) ** 2  # below it both the half and the full angle use the series
+_BATCH_MIN = 8  # queued intervals from which the batched path is faster than the per-sample one
+_QUEUE_MAX = 256  # queued intervals that force a flush (bounds memory between reads)
 _DT_REL_TOL = 1e-9  # dt changes below this relative size (stamp round-off) reuse the cached noise terms
 
 
@@ -172,29 +173,44 @@ class ErrorStateEkf:
     """The filter core: nominal state, 15x15 covariance, propagation and velocity update.
 
     No timing logic lives here (see :class:`velobins_ekf.runner.VelocityEkf`); every method works
-    on the current state in place. Work buffers are preallocated so :meth:`propagate`, called
-    for every IMU sample, allocates only a few tiny temporaries.
+    on the current state in place.
+
+    Propagation is deferred: :meth:`propagate` queues the interval, and the queue is applied when
+    something reads :attr:`state` (nominal state only) or :attr:`cov` (and before every update).
+    Short queues run the per-sample float path; longer ones (a whole update interval, typically)
+    run the batched numpy path of :mod:`velobins_ekf.propagation`, which gives the same result
+    to round-off at a fraction of the per-sample cost. A caller that reads the state after every
+    sample (the ROS node publishing odometry) thus pays the per-sample cost, and one that reads it
+    at the updates (offline evaluation) the batched one.
     """
 
     def __init__(self, config: EkfConfig | None = None, state: NavState | None = None, cov: np.ndarray | None = None):
         self.config = config if config is not None else EkfConfig()
-        self.state = NavState.from_pose(np.array([0.0, 0.0, 0.0, 1.0]), np.zeros(3), np.zeros(3))
-        self.cov = initial_covariance(self.config, self.state.rot)
+        self._state = NavState.from_pose(np.array([0.0, 0.0, 0.0, 1.0]), np.zeros(3), np.zeros(3))
+        self._cov = initial_covariance(self.config, self._state.rot)
         self._g = float(self.config.gravity)
-        # hot-path buffers (views are created once: slicing costs as much as the arithmetic)
+        self._queue: list[tuple[float, ...]] = []  # intervals not yet applied to the nominal state
+        self._lin: list[tuple[float, ...]] = []  # linearisation rows not yet applied to the covariance
+        self._last_f = np.eye(DIM)
+        self._last_q = np.zeros((DIM, DIM))
+        self._nominal_count = 0
+        self._cov_count = 0
+        # per-sample path buffers (views are created once: slicing costs as much as the arithmetic)
+        self._e_half = np.empty((3, 3))
+        self._e_half_flat = self._e_half.reshape(-1)
+        self._rot_mid = np.empty((3, 3))
+        self._rm_flat = self._rot_mid.reshape(-1)
         self._f = f = np.eye(DIM)
         self._tmp = np.empty((DIM, DIM))
         self._q = np.zeros((DIM, DIM))
         self._q9 = self._q[0:9, 0:9]
         self._work = np.zeros(54)
         w = self._work
-        self._e_half = w[0:9].reshape(3, 3)
+        self._rm_in = w[0:9].reshape(3, 3)
         self._et_jr = w[9:27].reshape(3, 6)
         self._skew_a = w[27:36].reshape(3, 3)
         self._exp_t = w[36:45].reshape(3, 3)
         self._njr = w[45:54].reshape(3, 3)
-        self._rot_mid = np.empty((3, 3))
-        self._rm_flat = self._rot_mid.reshape(-1)
         self._m = np.empty((3, 3))
         self._y = np.empty((3, 6))
         self._y_rot = self._y[:, 0:3]
@@ -214,13 +230,27 @@ class ErrorStateEkf:
         self._noise_dt = math.nan
         self._noise_scale = np.empty(6)
         self._q_bias_diag = np.einsum("ii->i", self._q[9:15, 9:15])  # writable view of Q's bias diagonal
-        self._count = 0
         if state is not None:
             self.reset(state, cov)
 
     # ------------------------------------------------------------------ state
+    @property
+    def state(self) -> NavState:
+        """The nominal state at the end of all propagated intervals (live object, not a copy)."""
+        if self._queue:
+            self._flush_nominal()
+        return self._state
+
+    @property
+    def cov(self) -> np.ndarray:
+        """The 15x15 error-state covariance at the end of all propagated intervals (live array)."""
+        if self._queue or self._lin:
+            self._flush_cov()
+        return self._cov
+
     def reset(self, state: NavState, cov: np.ndarray | None = None) -> None:
-        """Set the nominal state (copied) and covariance (default: :func:`initial_covariance`)."""
+        """Set the nominal state (copied) and covariance (default: :func:`initial_covariance`);
+        queued intervals are discarded."""
         s = state.copy()
         s.rot = orthonormalise(s.rot)
         for name in ("rot", "vel", "pos", "acc_bias", "gyro_bias"):
@@ -229,43 +259,120 @@ class ErrorStateEkf:
         c = initial_covariance(self.config, s.rot) if cov is None else np.array(cov, dtype=np.float64)
         if c.shape != (DIM, DIM) or not np.all(np.isfinite(c)):
             raise ValueError(f"ErrorStateEkf.reset: covariance must be a finite {DIM}x{DIM} array, got {c.shape}")
-        self.state = s
-        self.cov = 0.5 * (c + c.T)
+        self._queue.clear()
+        self._lin.clear()
+        self._state = s
+        self._cov = 0.5 * (c + c.T)
 
     # ------------------------------------------------------------------ propagation
     def propagate(self, dt: float, acc: np.ndarray, gyro: np.ndarray) -> None:
         """Propagate state and covariance over ``dt`` [s] with specific force ``acc`` [m/s²] and
-        rate ``gyro`` [rad/s] (body frame, the interval's mean values). See module docstring."""
-        st = self.state
+        rate ``gyro`` [rad/s] (body frame, the interval's mean values). See module docstring.
+
+        The interval is queued (see the class docstring); reading :attr:`state` or :attr:`cov`
+        applies it.
+        """
+        q = self._queue
+        q.append(
+            (float(dt), float(acc[0]), float(acc[1]), float(acc[2]), float(gyro[0]), float(gyro[1]), float(gyro[2]))
+        )
+        if len(q) >= _QUEUE_MAX:
+            self._flush_nominal()
+
+    def flush(self) -> None:
+        """Apply every queued interval to the state and the covariance now."""
+        self._flush_cov()
+
+    def _flush_nominal(self) -> None:
+        q = self._queue
+        if len(q) < _BATCH_MIN:
+            for item in q:
+                self._nominal_step(*item)
+        else:
+            st = self._state
+            st.rot, st.vel, st.pos, lin = propagate_nominal(
+                st.rot, st.vel, st.pos, st.acc_bias, st.gyro_bias, self._g, np.array(q)
+            )
+            self._lin.extend(lin.tolist())
+        before = self._nominal_count
+        self._nominal_count += len(q)
+        q.clear()
+        if self._nominal_count // _SYMMETRISE_EVERY != before // _SYMMETRISE_EVERY:
+            self._state.rot = orthonormalise(self._state.rot)
+        if len(self._lin) >= _QUEUE_MAX:
+            self._flush_cov()
+
+    def _flush_cov(self) -> None:
+        if self._queue:
+            self._flush_nominal()
+        lin = self._lin
+        if not lin:
+            return
+        if len(lin) < _BATCH_MIN:
+            for row in lin:
+                self._cov_step(row)
+        else:
+            f, q = transition_and_noise(np.array(lin), self.config)
+            self._last_f, self._last_q = f[-1], q[-1]
+            phi, q_sum = compose(f, q)
+            np.matmul(phi, self._cov, out=self._tmp)
+            np.matmul(self._tmp, phi.T, out=self._cov)
+            self._cov += q_sum
+        before = self._cov_count
+        self._cov_count += len(lin)
+        lin.clear()
+        if self._cov_count // _SYMMETRISE_EVERY != before // _SYMMETRISE_EVERY:
+            self._symmetrise()
+
+    def _nominal_step(self, dt: float, fx: float, fy: float, fz: float, wx: float, wy: float, wz: float) -> None:
+        """One interval of the nominal state on floats; queues its linearisation row."""
+        st = self._state
         ba0, ba1, ba2 = st.acc_bias.tolist()
         bg0, bg1, bg2 = st.gyro_bias.tolist()
-        ax = float(acc[0]) - ba0
-        ay = float(acc[1]) - ba1
-        az = float(acc[2]) - ba2
+        ax, ay, az = fx - ba0, fy - ba1, fz - ba2
         hd = 0.5 * dt
-        hx = (float(gyro[0]) - bg0) * hd
-        hy = (float(gyro[1]) - bg1) * hd
-        hz = (float(gyro[2]) - bg2) * hd
-        # half-angle Exp(h) = I + a K + b K², Jr(h) = I − b K + c K², K = [h]×, K² = h hᵀ − |h|² I
+        hx, hy, hz = (wx - bg0) * hd, (wy - bg1) * hd, (wz - bg2) * hd
+        # half-angle Exp(h) = I + a K + b K², K = [h]×, K² = h hᵀ − |h|² I
+        t2 = hx * hx + hy * hy + hz * hz
+        a, b, _ = exp_coefficients(t2)
+        xx, yy, zz, xy, xz, yz = hx * hx - t2, hy * hy - t2, hz * hz - t2, hx * hy, hx * hz, hy * hz
+        self._e_half_flat[:] = (
+            1.0 + b * xx, -a * hz + b * xy, a * hy + b * xz,
+            a * hz + b * xy, 1.0 + b * yy, -a * hx + b * yz,
+            -a * hy + b * xz, a * hx + b * yz, 1.0 + b * zz,
+        )  # fmt: skip
+        rm = self._rot_mid
+        np.matmul(st.rot, self._e_half, out=rm)
+        rml = self._rm_flat.tolist()
+        r00, r01, r02, r10, r11, r12, r20, r21, r22 = rml
+        awx = r00 * ax + r01 * ay + r02 * az
+        awy = r10 * ax + r11 * ay + r12 * az
+        awz = r20 * ax + r21 * ay + r22 * az - self._g
+        vel = st.vel
+        vx, vy, vz = vel.tolist()
+        h2 = hd * dt
+        st.pos += (vx * dt + awx * h2, vy * dt + awy * h2, vz * dt + awz * h2)
+        vel[:] = (vx + awx * dt, vy + awy * dt, vz + awz * dt)
+        np.matmul(rm, self._e_half, out=st.rot)  # R⁺ = R_m Exp(φ/2)
+        self._lin.append((dt, *rml, ax, ay, az, hx, hy, hz))
+
+    def _cov_step(self, row: tuple[float, ...]) -> None:
+        """``P ← F P Fᵀ + Q`` for one linearisation row, on floats and preallocated buffers."""
+        dt = row[0]
+        ax, ay, az, hx, hy, hz = row[10:16]
+        hd = 0.5 * dt
         t2 = hx * hx + hy * hy + hz * hz
         xx, yy, zz, xy, xz, yz = hx * hx - t2, hy * hy - t2, hz * hz - t2, hx * hy, hx * hz, hy * hz
-        # full angle φ = 2h: K_φ = 2K, K_φ² = 4K²; coefficients as in so3.exp_coefficients (inlined)
-        if t2 < _SMALL_HALF_ANGLE2:
-            a, b, c = 1.0 - t2 / 6.0, 0.5 - t2 / 24.0, 1.0 / 6.0 - t2 / 120.0
-            t2f = 4.0 * t2
-            af, bf, cf = 1.0 - t2f / 6.0, 0.5 - t2f / 24.0, 1.0 / 6.0 - t2f / 120.0
-        else:
-            a, b, c = exp_coefficients(t2)
-            af, bf, cf = exp_coefficients(4.0 * t2)
+        # half angle h and full angle φ = 2h (K_φ = 2K, K_φ² = 4K²); Jr(h) = I − b K + c K²
+        a, b, c = exp_coefficients(t2)
+        af, bf, cf = exp_coefficients(4.0 * t2)
         af2, bf4, bj2, cj4 = 2.0 * af, 4.0 * bf, -2.0 * bf, 4.0 * cf
         ndt = -dt
         h2 = hd * dt
         # one write of every float-computed block into the flat work buffer (see __init__ views)
         self._work[:] = (
-            # Exp(h)
-            1.0 + b * xx, -a * hz + b * xy, a * hy + b * xz,
-            a * hz + b * xy, 1.0 + b * yy, -a * hx + b * yz,
-            -a * hy + b * xz, a * hx + b * yz, 1.0 + b * zz,
+            # R_m
+            *row[1:10],
             # [−dt Exp(h)ᵀ | ½dt² Jr(h)]: the scales of the δv⁺ blocks folded in
             ndt * (1.0 + b * xx), ndt * (a * hz + b * xy), ndt * (-a * hy + b * xz),
             h2 * (1.0 + c * xx), h2 * (b * hz + c * xy), h2 * (-b * hy + c * xz),
@@ -286,10 +393,7 @@ class ErrorStateEkf:
             ndt * (bj2 * hz + cj4 * xy), ndt * (1.0 + cj4 * yy), ndt * (-bj2 * hx + cj4 * yz),
             ndt * (-bj2 * hy + cj4 * xz), ndt * (bj2 * hx + cj4 * yz), ndt * (1.0 + cj4 * zz),
         )  # fmt: skip
-        rm = self._rot_mid
-        rot = st.rot
-        e_half = self._e_half
-        np.matmul(rot, e_half, out=rm)
+        rm = self._rm_in
         np.matmul(rm, self._skew_a, out=self._m)
         np.matmul(self._m, self._et_jr, out=self._y)
 
@@ -311,28 +415,13 @@ class ErrorStateEkf:
             self._set_noise_dt(dt)
         np.multiply(self._f_g, self._noise_scale, out=self._gs)
         np.matmul(self._gs, self._gs.T, out=self._q9)
+        self._last_f, self._last_q = f, self._q
 
         # covariance: P = F P Fᵀ + Q
-        cov = self.cov
+        cov = self._cov
         np.matmul(f, cov, out=self._tmp)
         np.matmul(self._tmp, f.T, out=cov)
         cov += self._q
-
-        # nominal state on floats (p uses the old v); R⁺ = R_m Exp(φ/2)
-        r00, r01, r02, r10, r11, r12, r20, r21, r22 = self._rm_flat.tolist()
-        awx = r00 * ax + r01 * ay + r02 * az
-        awy = r10 * ax + r11 * ay + r12 * az
-        awz = r20 * ax + r21 * ay + r22 * az - self._g
-        vel = st.vel
-        vx, vy, vz = vel.tolist()
-        st.pos += (vx * dt + awx * h2, vy * dt + awy * h2, vz * dt + awz * h2)
-        vel[:] = (vx + awx * dt, vy + awy * dt, vz + awz * dt)
-        np.matmul(rm, e_half, out=rot)
-
-        self._count += 1
-        if self._count % _SYMMETRISE_EVERY == 0:
-            self._symmetrise()
-            st.rot[...] = orthonormalise(st.rot)
 
     def _set_noise_dt(self, dt: float) -> None:
         """Refresh the dt-dependent noise terms (only when dt changes)."""
@@ -345,12 +434,14 @@ class ErrorStateEkf:
         self._noise_dt = dt
 
     def transition_matrix(self) -> np.ndarray:
-        """Copy of the last propagation's F (15x15), for tests and analysis."""
-        return self._f.copy()
+        """Copy of the last propagated interval's F (15x15), for tests and analysis."""
+        self.flush()
+        return self._last_f.copy()
 
     def process_noise(self) -> np.ndarray:
-        """Copy of the last propagation's Q (15x15), for tests and analysis."""
-        return self._q.copy()
+        """Copy of the last propagated interval's Q (15x15), for tests and analysis."""
+        self.flush()
+        return self._last_q.copy()
 
     # ------------------------------------------------------------------ update
     def measurement_jacobian(self) -> np.ndarray:

@@ -28,8 +28,8 @@ class OfflineResult:
     """(M, 3, 3) body->world rotation."""
     vel: np.ndarray
     """(M, 3) world velocity [m/s]."""
-    cov_diag: np.ndarray
-    """(M, 15) diagonal of the error-state covariance."""
+    cov_diag: np.ndarray | None
+    """(M, 15) diagonal of the error-state covariance (``record_covariance`` only, else None)."""
     updates: list[UpdateResult]
     """Per-update diagnostics (empty when ``keep_updates`` was False)."""
     stats: FilterStats
@@ -56,6 +56,7 @@ def run_offline(
     output_stride: int = 1,
     keep_updates: bool = True,
     check_covariance: bool = False,
+    record_covariance: bool = False,
 ) -> OfflineResult:
     """Filter a whole flight.
 
@@ -68,6 +69,9 @@ def run_offline(
         output_stride: record the state every this many IMU samples.
         keep_updates: keep the per-update records (memory: ~1 kB each).
         check_covariance: track P's smallest eigenvalue and asymmetry at the recorded rows.
+        record_covariance: record P's diagonal at the recorded rows. Off by default: reading P
+            at every IMU sample forces the filter's per-sample covariance path (several times
+            slower than the batched one it takes between updates, see :class:`~velobins_ekf.ekf.ErrorStateEkf`).
     """
     t_imu = np.asarray(t_imu, dtype=np.float64)
     acc = np.asarray(acc, dtype=np.float64)
@@ -94,7 +98,7 @@ def run_offline(
     out_p = np.empty((n_out, 3))
     out_r = np.empty((n_out, 3, 3))
     out_v = np.empty((n_out, 3))
-    out_c = np.empty((n_out, 15))
+    out_c = np.empty((n_out, 15)) if record_covariance else None
     order = np.argsort(t_meas, kind="stable")
     j = 0
     k = 0
@@ -113,7 +117,8 @@ def run_offline(
             out_p[k] = st.pos
             out_r[k] = st.rot
             out_v[k] = st.vel
-            out_c[k] = np.diagonal(filt.ekf.cov)
+            if out_c is not None:
+                out_c[k] = np.diagonal(filt.ekf.cov)
             k += 1
             if check_covariance:
                 cov = filt.ekf.cov
