@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass, fields
 
 STANDARD_GRAVITY = 9.80665
-"""Default gravity magnitude [m/s²] (same value as ``velobins_eval.sequence``)."""
+"""Standard gravity [m/s²]: the filter's default and the data layer's (``velobins_eval.sequence``)."""
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from rosbags.rosbag2 import Reader, StoragePlugin, Writer
 from rosbags.typesys import Stores, get_types_from_msg, get_typestore
 from rosbags.typesys.store import Typestore
 
+from .metrics import interp_columns
 from .sequence import Sequence
 
 TOPIC_IMU = "/imu"
@@ -228,9 +229,9 @@ def read_bag(path: str | Path) -> Sequence:
     rt = np.asarray(rotor_t)
     rv = np.stack(rotor_v)
     order = np.argsort(rt, kind="stable")
-    rotor = _interp_columns(t, rt[order], rv[order])
+    rotor = interp_columns(t, rt[order], rv[order])
     gt = np.array(sorted(gt_rows))
-    gt_i = _interp_columns(t, gt[:, 0], gt[:, 1:])
+    gt_i = interp_columns(t, gt[:, 0], gt[:, 1:])
     q = gt_i[:, 3:7]
     q /= np.linalg.norm(q, axis=1, keepdims=True)
     from scipy.spatial.transform import Rotation
@@ -260,10 +261,3 @@ def _custom_metadata(path: Path) -> dict:
     info = yaml.safe_load((path / "metadata.yaml").read_text()) or {}
     custom = (info.get("rosbag2_bagfile_information") or {}).get("custom_data") or {}
     return json.loads(custom.get(_META_KEY, "{}"))
-
-
-def _interp_columns(t: np.ndarray, ts: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """Linear interpolation of each column of ``values`` (stamped ``ts``) at ``t``; exact copy when equal."""
-    if ts.shape == t.shape and np.array_equal(ts, t):
-        return values.copy()
-    return np.stack([np.interp(t, ts, values[:, j]) for j in range(values.shape[1])], axis=1)

@@ -161,7 +161,6 @@ def imu_only_flight(seq: Sequence, t_eval: np.ndarray, ekf_config=None) -> Fligh
         config=ekf_config,
         keep_updates=False,
     )
-    interp = lambda a: np.stack([np.interp(t_eval, res.t, a[:, i]) for i in range(3)], axis=1)  # noqa: E731
     nan3 = np.full((t_eval.size, 3), np.nan)
     return FlightRecord(
         seq.name,
@@ -169,8 +168,8 @@ def imu_only_flight(seq: Sequence, t_eval: np.ndarray, ekf_config=None) -> Fligh
         t_eval,
         nan3,
         nan3,
-        interp(res.pos),
-        interp(res.vel),
+        metrics.interp_columns(t_eval, res.t, res.pos),
+        metrics.interp_columns(t_eval, res.t, res.vel),
         np.full((t_eval.size, 3, 3), np.nan),
         res.t,
         res.pos,

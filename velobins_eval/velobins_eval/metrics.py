@@ -33,6 +33,14 @@ NEES_DOF = 3
 """Degrees of freedom of the velocity NEES."""
 
 
+def interp_columns(t_query: np.ndarray, t: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Linear interpolation of every column of ``values`` (rows stamped ``t``, increasing) at
+    ``t_query``; ends are held (``np.interp``). A copy when the stamps are the same."""
+    if t.shape == t_query.shape and np.array_equal(t, t_query):
+        return np.array(values, copy=True)
+    return np.stack([np.interp(t_query, t, values[:, j]) for j in range(values.shape[1])], axis=1)
+
+
 def chi2_bounds(dof: int = NEES_DOF, confidence: float = NEES_CONFIDENCE) -> tuple[float, float]:
     """Two-sided ``confidence`` interval of a χ²(dof) variable: (3, 0.95) → (0.216, 9.348)."""
     tail = 0.5 * (1.0 - confidence)
@@ -85,8 +93,8 @@ def rte(t: np.ndarray, p_est: np.ndarray, p_gt: np.ndarray, delta: float = RTE_D
     starts = t[t + delta <= t[-1] + 1e-9]
     ends = np.minimum(starts + delta, t[-1])
     k = starts.size
-    d_est = np.stack([np.interp(ends, t, p_est[:, i]) for i in range(3)], axis=1) - p_est[:k]
-    d_gt = np.stack([np.interp(ends, t, p_gt[:, i]) for i in range(3)], axis=1) - p_gt[:k]
+    d_est = interp_columns(ends, t, p_est) - p_est[:k]
+    d_gt = interp_columns(ends, t, p_gt) - p_gt[:k]
     return float(np.sqrt(np.mean(np.sum((d_est - d_gt) ** 2, axis=1))))
 
 
@@ -213,8 +221,8 @@ def interpolate_ground_truth(
         bad = tq[outside][0]
         raise ValueError(f"metrics: query stamp {bad:.6f} outside ground truth [{t_gt[0]:.6f}, {t_gt[-1]:.6f}]")
     tq_c = np.clip(tq, t_gt[0], t_gt[-1])
-    pi = np.stack([np.interp(tq_c, t_gt, p[:, i]) for i in range(3)], axis=1)
-    vi = np.stack([np.interp(tq_c, t_gt, v[:, i]) for i in range(3)], axis=1)
+    pi = interp_columns(tq_c, t_gt, p)
+    vi = interp_columns(tq_c, t_gt, v)
     qi = Slerp(t_gt, Rotation.from_quat(q))(tq_c).as_quat()
     return GroundTruthAt(t=tq, p=pi, q=qi, v=vi)
 

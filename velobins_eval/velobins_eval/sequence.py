@@ -24,11 +24,13 @@ from typing import Any
 
 import numpy as np
 
+from velobins_ekf.config import STANDARD_GRAVITY
+
 ROTOR_KINDS = ("rpm", "pwm")
 """Allowed values of :attr:`Sequence.rotor_kind`."""
 
-STANDARD_GRAVITY = 9.80665
-"""Default gravity magnitude [m/s^2] when a dataset does not state its own."""
+# STANDARD_GRAVITY (imported above) is the default gravity magnitude [m/s^2] when a dataset does
+# not state its own: the EKF's constant, one source for the data layer and the filter.
 
 _QUAT_NORM_TOL = 1e-3
 _MIN_RATE_HZ = 20.0
