@@ -1,8 +1,9 @@
 """Error-state EKF fusing IMU propagation with the learned body-frame velocity, and its node.
 
 The core (no ROS): :class:`EkfConfig` (all tunables), :class:`ErrorStateEkf` (state, propagation,
-velocity update), :class:`VelocityEkf` (timestamped streams, late measurements, rejection
-counters) and :func:`run_offline` (a whole recorded flight).
+velocity update; IMU intervals between reads are applied in batches by
+:mod:`velobins_ekf.propagation`), :class:`VelocityEkf` (timestamped streams, late measurements,
+rejection counters) and :func:`run_offline` (a whole recorded flight).
 """
 
 from velobins_ekf.config import EkfConfig
