@@ -28,7 +28,6 @@ from velobins_ekf.so3 import SMALL_ANGLE
 LIN_WIDTH = 16
 """Floats per linearisation row: dt, R_m (9), ā (3), h (3)."""
 
-_EYE3 = np.eye(3)
 _DIAG3 = (np.arange(3), np.arange(3))
 _DIAG15 = (np.arange(15), np.arange(15))
 
@@ -46,13 +45,18 @@ def exp_coefficients_batch(theta2: np.ndarray) -> tuple[np.ndarray, np.ndarray, 
     return a, b, c
 
 
-def _skew_and_square(v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``K = [v]×`` and ``K² = v vᵀ − |v|² I`` for (n, 3) vectors, and ``|v|²`` (n,)."""
-    n = v.shape[0]
-    k = np.zeros((n, 3, 3))
+def _skew(v: np.ndarray) -> np.ndarray:
+    """``[v]×`` (n, 3, 3) of (n, 3) vectors."""
+    k = np.zeros((v.shape[0], 3, 3))
     x, y, z = v[:, 0], v[:, 1], v[:, 2]
     k[:, 0, 1], k[:, 0, 2], k[:, 1, 2] = -z, y, -x
     k[:, 1, 0], k[:, 2, 0], k[:, 2, 1] = z, -y, x
+    return k
+
+
+def _skew_and_square(v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``K = [v]×`` and ``K² = v vᵀ − |v|² I`` for (n, 3) vectors, and ``|v|²`` (n,)."""
+    k = _skew(v)
     t2 = np.einsum("ni,ni->n", v, v)
     k2 = v[:, :, None] * v[:, None, :]
     k2[:, _DIAG3[0], _DIAG3[1]] -= t2[:, None]
@@ -146,8 +150,7 @@ def transition_and_noise(lin: np.ndarray, config: EkfConfig) -> tuple[np.ndarray
     et_jr = np.empty((n, 3, 6))
     et_jr[:, :, 0:3] = _so3_poly(-a, k, b, k2) * -dt[:, None, None]  # −dt Exp(h)ᵀ
     et_jr[:, :, 3:6] = _so3_poly(-b, k, c, k2) * (hd * dt)[:, None, None]  # ½dt² Jr(h)
-    acc_skew, _, _ = _skew_and_square(lin[:, 10:13])
-    y = (r_mid @ acc_skew) @ et_jr
+    y = (r_mid @ _skew(lin[:, 10:13])) @ et_jr
     f[:, 3:6, 0:3] = y[:, :, 0:3]
     f[:, 3:6, 12:15] = y[:, :, 3:6]
     f[:, 3:6, 9:12] = r_mid * -dt[:, None, None]

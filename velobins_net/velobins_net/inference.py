@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from .checkpoint import model_from_checkpoint, read_checkpoint
+from .data import interp_columns
 from .model import VeloBinsNet
 
 REASONS = ("ok", "rate_limited", "insufficient_imu", "no_rotor", "rotor_stale", "out_of_order", "non_finite")
@@ -69,16 +70,6 @@ class _Ring:
 
     def view(self) -> tuple[np.ndarray, np.ndarray]:
         return self.t[: self.n], self.x[: self.n]
-
-
-def _interp(grid: np.ndarray, t: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """Linear interpolation of every column of x (S, C) at ``grid``; held constant outside [t_0, t_end]."""
-    if len(t) == 1:
-        return np.repeat(x, len(grid), axis=0)
-    j = np.clip(np.searchsorted(t, grid, side="right"), 1, len(t) - 1)
-    t0, t1 = t[j - 1], t[j]
-    w = np.clip((grid - t0) / (t1 - t0), 0.0, 1.0)[:, None]
-    return x[j - 1] * (1.0 - w) + x[j] * w
 
 
 class StreamingPredictor:
@@ -156,7 +147,7 @@ class StreamingPredictor:
             return "no_rotor"
         if stamp - t_rot[-1] > self.max_rotor_age or t_rot[0] > grid[0] + self.max_rotor_age:
             return "rotor_stale"
-        return stamp, np.concatenate([_interp(grid, t_imu, x_imu), _interp(grid, t_rot, x_rot)], axis=1)
+        return stamp, np.concatenate([interp_columns(grid, t_imu, x_imu), interp_columns(grid, t_rot, x_rot)], axis=1)
 
     def step(self) -> Prediction | None:
         """Run the network if an update is due (by IMU stamps) and data allow it; else None (reason counted)."""

@@ -36,6 +36,7 @@ from scipy.spatial.transform import Rotation, Slerp
 from velobins_eval.datasets.errors import DatasetError
 from velobins_eval.datasets.frames import velocity_frame
 from velobins_eval.datasets.tabular import check_finite, monotonic_rows
+from velobins_eval.metrics import interp_columns
 from velobins_eval.sequence import STANDARD_GRAVITY, Sequence
 
 RPM_TO_RAD_S = 2.0 * np.pi / 60.0
@@ -209,15 +210,12 @@ def load_aiio_mcap(path: str | Path, *, velocity: VelocityFrame = "auto") -> Seq
     imu = imu[inside]
     t = imu[:, 0]
 
-    def interp(src: np.ndarray) -> np.ndarray:
-        return np.stack([np.interp(t, src[:, 0], src[:, k]) for k in range(1, src.shape[1])], axis=1)
-
     quats = _normalised(source, f"{ODOM_TOPIC}.pose.orientation", odom[:, 4:8])
     q = Slerp(odom[:, 0], Rotation.from_quat(quats))(t).as_quat()
-    p = interp(odom[:, 0:4])
-    v_raw = interp(odom[:, [0, 8, 9, 10]])
+    p = interp_columns(t, odom[:, 0], odom[:, 1:4])
+    v_raw = interp_columns(t, odom[:, 0], odom[:, 8:11])
     v, frame = _world_velocity(source, t, p, q, v_raw, velocity, default="body")
-    rotor = np.abs(interp(esc)) * RPM_TO_RAD_S
+    rotor = np.abs(interp_columns(t, esc[:, 0], esc[:, 1:])) * RPM_TO_RAD_S
     return Sequence(
         name=bag_dir.name,
         t=t,
