@@ -5,14 +5,29 @@
 * Straightforward VeloBins: all tokens in every layer, bin encodings recomputed per forward.
 * TorchScript frozen: the exported (traced) fused path, frozen + optimize_for_inference.
 
-The first two run the fused eval path (velobins_net.fastpath). Cases take turns in every repeat.
+The first two run the fused eval path (velobins_net.fastpath).
 
-Paper (Orin NX, one A78AE thread): 4.73 ms vs 4.36 ms (+9 %). Targets here: bins overhead
-≤ 5 % vs regression and ≤ 0.35 ms per forward. Run: .venv/bin/python benchmarks/bench_net_latency.py
+How it measures, and why: on the shared 2-core development machines the same call moves by
+±5-10 % from one second to the next, which is as large as the effect being measured (the bin
+decoder's overhead over regression). So every round times ITERS calls of every case, in an order
+shuffled anew each round, and the overhead is taken per round (VeloBins ÷ regression of the same
+round) before taking the median over ROUNDS rounds; the spread (25th-75th percentile) of those
+per-round ratios is printed beside it, so a reader sees how much of a figure is noise.
+
+Targets (issue 4): bins overhead ≤ 5 % vs regression, and ≤ 0.35 ms per forward "on this machine
+(a straightforward eager implementation measured about 0.70 ms here)". The development machines
+change between sessions (Intel with AMX, AMD EPYC, …), so the absolute target is printed together
+with its machine-independent form, measured in the same run: straightforward ÷ optimised ≥ 2
+(0.70 / 0.35). Paper (Orin NX, one A78AE thread): 4.73 ms vs 4.36 ms (+9 %).
+Run: .venv/bin/python benchmarks/bench_net_latency.py [--rounds 41]
 """
 
 from __future__ import annotations
 
+import argparse
+import platform
+import random
+import statistics
 import time
 import warnings
 from collections.abc import Callable
@@ -23,26 +38,56 @@ from velobins_net.config import ModelConfig
 from velobins_net.export import ExportWrapper
 from velobins_net.model import VeloBinsNet
 
-REPEATS = 21
 ITERS = 100
 VB = "VeloBins (precomputed bins, last token)"
 REG = "Regression (AI-IO heads, last token)"
+PLAIN = "VeloBins straightforward (all tokens, bins recomputed)"
+FROZEN = "VeloBins TorchScript frozen (deployment)"
+TARGET_MS = 0.35
+TARGET_OVERHEAD = 0.05
+TARGET_SPEEDUP = 0.70 / 0.35
 
 
-def _time_interleaved(cases: dict[str, Callable[[], object]]) -> dict[str, float]:
-    """Median over REPEATS of the mean ms per call over ITERS calls, the cases taking turns in every
-    repeat so that load from other processes on this shared machine hits all of them alike."""
+def time_rounds(cases: dict[str, Callable[[], object]], rounds: int, seed: int = 0) -> dict[str, list[float]]:
+    """ms per call of every case in every round (ITERS calls each, case order shuffled per round)."""
     for fn in cases.values():
         for _ in range(50):
             fn()
+    order = list(cases)
+    rng = random.Random(seed)
     runs: dict[str, list[float]] = {name: [] for name in cases}
-    for _ in range(REPEATS):
-        for name, fn in cases.items():
+    for _ in range(rounds):
+        rng.shuffle(order)
+        for name in order:
+            fn = cases[name]
             t0 = time.perf_counter()
             for _ in range(ITERS):
                 fn()
             runs[name].append((time.perf_counter() - t0) / ITERS * 1e3)
-    return {name: sorted(r)[len(r) // 2] for name, r in runs.items()}
+    return runs
+
+
+def quartiles(values: list[float]) -> tuple[float, float, float]:
+    """(25th percentile, median, 75th percentile)."""
+    q1, q2, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return q1, q2, q3
+
+
+def paired_ratio(runs: dict[str, list[float]], num: str, den: str) -> tuple[float, float, float]:
+    """Quartiles of the per-round ratio num ÷ den (the same round's timings, so load hits both alike)."""
+    return quartiles([a / b for a, b in zip(runs[num], runs[den], strict=True)])
+
+
+def cpu_name() -> str:
+    """The CPU model (from /proc/cpuinfo where there is one): figures differ between machines."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def _frozen(model: VeloBinsNet) -> torch.jit.ScriptModule:
@@ -54,6 +99,9 @@ def _frozen(model: VeloBinsNet) -> torch.jit.ScriptModule:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=41, help="timing rounds (each: 100 calls per case)")
+    args = parser.parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(0)
     bins = VeloBinsNet(ModelConfig(num_bins=512)).eval()
@@ -61,23 +109,37 @@ def main() -> None:
     x = torch.randn(1, 100, 10)
     frozen = _frozen(bins)
     with torch.inference_mode():
-        cases = _time_interleaved(
+        runs = time_rounds(
             {
                 VB: lambda: bins(x),
                 REG: lambda: reg(x),
-                "VeloBins straightforward (all tokens, bins recomputed)": lambda: bins(
-                    x, last_token_only=False, use_cache=False
-                ),
-                "VeloBins TorchScript frozen (deployment)": lambda: frozen(x),
-            }
+                PLAIN: lambda: bins(x, last_token_only=False, use_cache=False),
+                FROZEN: lambda: frozen(x),
+            },
+            args.rounds,
         )
-    base = cases[REG]
-    print(f"forward latency, batch 1, 1 thread, N=512, window 100x10 (median of {REPEATS}x{ITERS}, interleaved)")
-    print(f"{'model':58s} {'ms':>8s} {'vs reg':>8s}")
-    for name, ms in cases.items():
-        print(f"{name:58s} {ms:8.3f} {100 * (ms / base - 1):+7.1f}%")
-    vb = cases[VB]
-    print(f"targets: overhead <= 5 % -> {100 * (vb / base - 1):+.1f} %; latency <= 0.35 ms -> {vb:.3f} ms")
+    print(f"forward latency, batch 1, 1 thread, N=512, window 100x10, {args.rounds} rounds x {ITERS} calls")
+    print(f"machine: {cpu_name()}, torch {torch.__version__}")
+    print(f"{'model':58s} {'ms (median)':>11s} {'vs reg, per round: median [IQR]':>34s}")
+    for name in runs:
+        ms = quartiles(runs[name])[1]
+        lo, mid, hi = paired_ratio(runs, name, REG)
+        print(f"{name:58s} {ms:11.3f} {100 * (mid - 1):+10.1f} %  [{100 * (lo - 1):+.1f}, {100 * (hi - 1):+.1f}]")
+    vb_ms = quartiles(runs[VB])[1]
+    lo, mid, hi = paired_ratio(runs, VB, REG)
+    s_lo, s_mid, s_hi = paired_ratio(runs, PLAIN, VB)
+    verdict = {True: "met", False: "NOT met"}
+    print("targets:")
+    print(
+        f"  bins overhead <= {100 * TARGET_OVERHEAD:.0f} %: {100 * (mid - 1):+.1f} % "
+        f"(IQR {100 * (lo - 1):+.1f} to {100 * (hi - 1):+.1f} %) -> {verdict[mid - 1 <= TARGET_OVERHEAD]}"
+    )
+    met_ms = verdict[vb_ms <= TARGET_MS]
+    print(f"  latency <= {TARGET_MS} ms (absolute, the issue's machine): {vb_ms:.3f} ms -> {met_ms}")
+    print(
+        f"  same target relative to this machine: straightforward / optimised >= {TARGET_SPEEDUP:.1f}x: "
+        f"{s_mid:.2f}x (IQR {s_lo:.2f} to {s_hi:.2f}) -> {verdict[s_mid >= TARGET_SPEEDUP]}"
+    )
 
 
 if __name__ == "__main__":
