@@ -16,12 +16,17 @@ Both train G+H^B (N=512, batch 128, Adam 3e-4) on the same synthetic flights, 1 
 turns batch by batch (fair under load from other processes). Besides the overall ratio, the
 per-batch ratio (straightforward ÷ optimised of the same turn) is printed as median and
 interquartile range, so a reader sees how much of the figure is noise on a shared machine.
+Like ``velobins train`` on CPU, the process first keeps freed memory for reuse
+(:func:`velobins_net.cpu_memory.reuse_freed_memory`); that setting is process-wide, so the
+straightforward baseline in the same process gets it too. ``--keep-default-malloc`` leaves glibc's
+defaults, to measure what the setting itself is worth.
 Target: optimised ≥ 2× straightforward. Run: .venv/bin/python benchmarks/bench_net_train.py [--batches 20]
 """
 
 from __future__ import annotations
 
 import argparse
+import resource
 import sys
 import time
 from pathlib import Path
@@ -31,6 +36,7 @@ from torch.utils.data import DataLoader
 
 from velobins_net.bins import BinGrid, velocity_range_from
 from velobins_net.config import ModelConfig
+from velobins_net.cpu_memory import reuse_freed_memory
 from velobins_net.data import WindowDataset
 from velobins_net.labels import error_conditioned_labels, reference_error_conditioned_labels
 from velobins_net.losses import variant_loss
@@ -50,7 +56,10 @@ WARMUP = 2
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batches", type=int, default=20, help="timed batches of each implementation")
-    batches_timed = parser.parse_args().batches
+    parser.add_argument("--keep-default-malloc", action="store_true", help="do not call reuse_freed_memory()")
+    args = parser.parse_args()
+    batches_timed = args.batches
+    malloc = "glibc defaults" if args.keep_default_malloc or not reuse_freed_memory() else "freed memory reused"
     torch.set_num_threads(1)
     variant = parse_variant("G+H^B")
     seqs = [make_flight(i, duration=30.0) for i in range(3)]
@@ -84,17 +93,23 @@ def main() -> None:
     # The two implementations take turns batch by batch, so load from other processes on this
     # shared machine hits both alike; the first WARMUP batches of each are not timed.
     fast_s = slow_s = 0.0
+    faults = [0, 0]  # minor page faults: optimised, straightforward
     ratios: list[float] = []
     for i, idx in enumerate(batches):
+        f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         t0 = time.perf_counter()
         train_epoch(fast, fast, ds, [idx], fast_opt, variant, grid, False, dev)
         t1 = time.perf_counter()
+        f1 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         slow_step()
         t2 = time.perf_counter()
+        f2 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         if i >= WARMUP:
             fast_s += t1 - t0
             slow_s += t2 - t1
             ratios.append((t2 - t1) / (t1 - t0))
+            faults[0] += f1 - f0
+            faults[1] += f2 - f1
     fast_rate = batches_timed * BATCH / fast_s
     slow_rate = batches_timed * BATCH / slow_s
 
@@ -109,7 +124,7 @@ def main() -> None:
         label_ms[name] = (time.perf_counter() - t0) / 5 * 1e3
 
     print(f"training throughput, G+H^B, N=512, batch {BATCH}, {batches_timed} batches, 1 thread, {len(ds)} windows")
-    print(f"machine: {cpu_name()}, torch {torch.__version__}")
+    print(f"machine: {cpu_name()}, torch {torch.__version__}, allocator: {malloc}")
     print(f"{'implementation':50s} {'windows/s':>10s}")
     print(f"{'optimised (vectorised gather, last token)':50s} {fast_rate:10.0f}")
     print(f"{'straightforward (DataLoader, all tokens)':50s} {slow_rate:10.0f}")
@@ -119,6 +134,10 @@ def main() -> None:
     print(f"per-batch ratio: median {mid:.2f}x, IQR {lo:.2f} to {hi:.2f}")
     ms_fast, ms_slow = 1e3 * fast_s / batches_timed, 1e3 * slow_s / batches_timed
     print(f"per batch: optimised {ms_fast:.1f} ms, straightforward {ms_slow:.1f} ms")
+    print(
+        f"minor page faults per batch: optimised {faults[0] / batches_timed:.0f}, "
+        f"straightforward {faults[1] / batches_timed:.0f}"
+    )
     print(f"labels per batch: optimised {label_ms['optimised']:.1f} ms, reference {label_ms['reference']:.1f} ms")
 
 

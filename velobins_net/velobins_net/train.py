@@ -28,6 +28,7 @@ from tqdm import tqdm
 from .bins import BinGrid, velocity_range_from
 from .checkpoint import CheckpointError, git_commit, read_checkpoint, save_checkpoint
 from .config import ModelConfig, config_differences
+from .cpu_memory import reuse_freed_memory
 from .data import SequenceLike, WindowDataset, describe_sources, fit_normalization
 from .losses import variant_loss
 from .model import VeloBinsNet
@@ -245,6 +246,8 @@ def train(
     device_kind = "cuda" if (cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available())) else "cpu"
     dd = _setup_distributed(device_kind)
     device = _pick_device(cfg.device, dd.local_rank)
+    if device.type == "cpu":
+        reuse_freed_memory()  # activations reuse freed heap blocks instead of page-faulting every step
     seed_everything(cfg.seed)
 
     base = dataclasses.replace(cfg.model, head="reg" if variant.is_regression else "bins")
