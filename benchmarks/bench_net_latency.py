@@ -25,18 +25,21 @@ Run: .venv/bin/python benchmarks/bench_net_latency.py [--rounds 41]
 from __future__ import annotations
 
 import argparse
-import platform
 import random
-import statistics
+import sys
 import time
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 
 from velobins_net.config import ModelConfig
 from velobins_net.export import ExportWrapper
 from velobins_net.model import VeloBinsNet
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchstats import cpu_name, paired_ratio, quartiles
 
 ITERS = 100
 VB = "VeloBins (precomputed bins, last token)"
@@ -65,29 +68,6 @@ def time_rounds(cases: dict[str, Callable[[], object]], rounds: int, seed: int =
                 fn()
             runs[name].append((time.perf_counter() - t0) / ITERS * 1e3)
     return runs
-
-
-def quartiles(values: list[float]) -> tuple[float, float, float]:
-    """(25th percentile, median, 75th percentile)."""
-    q1, q2, q3 = statistics.quantiles(values, n=4, method="inclusive")
-    return q1, q2, q3
-
-
-def paired_ratio(runs: dict[str, list[float]], num: str, den: str) -> tuple[float, float, float]:
-    """Quartiles of the per-round ratio num ÷ den (the same round's timings, so load hits both alike)."""
-    return quartiles([a / b for a, b in zip(runs[num], runs[den], strict=True)])
-
-
-def cpu_name() -> str:
-    """The CPU model (from /proc/cpuinfo where there is one): figures differ between machines."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def _frozen(model: VeloBinsNet) -> torch.jit.ScriptModule:
@@ -121,12 +101,12 @@ def main() -> None:
     print(f"forward latency, batch 1, 1 thread, N=512, window 100x10, {args.rounds} rounds x {ITERS} calls")
     print(f"machine: {cpu_name()}, torch {torch.__version__}")
     print(f"{'model':58s} {'ms (median)':>11s} {'vs reg, per round: median [IQR]':>34s}")
-    for name in runs:
+    vs_reg = {name: paired_ratio(runs, name, REG) for name in runs}
+    for name, (lo, mid, hi) in vs_reg.items():
         ms = quartiles(runs[name])[1]
-        lo, mid, hi = paired_ratio(runs, name, REG)
         print(f"{name:58s} {ms:11.3f} {100 * (mid - 1):+10.1f} %  [{100 * (lo - 1):+.1f}, {100 * (hi - 1):+.1f}]")
     vb_ms = quartiles(runs[VB])[1]
-    lo, mid, hi = paired_ratio(runs, VB, REG)
+    lo, mid, hi = vs_reg[VB]
     s_lo, s_mid, s_hi = paired_ratio(runs, PLAIN, VB)
     verdict = {True: "met", False: "NOT met"}
     print("targets:")

@@ -46,7 +46,7 @@ from velobins_net.variants import parse_variant
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "velobins_net" / "test"))
-from bench_net_latency import cpu_name, quartiles
+from benchstats import cpu_name, quartiles
 from synthetic import make_flight
 
 BATCH = 128
