@@ -5,7 +5,7 @@ activation of a training batch: 12 800 tokens × 224 FFN channels is 11.5 MB) ma
 fresh ``mmap`` and handed back to the kernel by ``munmap`` when freed, and memory freed at the top
 of the heap is trimmed back as well. A training step then touches many of its activations' pages
 for the first time again, each zeroed by the kernel before the step writes it: in a standalone
-G+H^B training loop here (batch 128, one thread) 1 800-3 800 minor page faults and 2.6-10.5 ms of
+G+H^B training loop here (batch 128, one thread) 1 450-3 800 minor page faults and 2.6-10.5 ms of
 kernel time per batch, against 140-390 faults and 0.2-0.6 ms with this setting.
 
 :func:`reuse_freed_memory` raises glibc's mmap threshold to its maximum (32 MiB on 64-bit) and
