@@ -38,7 +38,9 @@ def _assert_same(a: NetOutput, b: NetOutput) -> None:
         x, y = getattr(a, name), getattr(b, name)
         assert (x is None) == (y is None), name
         if x is not None:
-            torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-6, msg=name)
+            # atol: float32 rounding of differently ordered sums (the fused path's attention kernel
+            # vs the module's); either kernel leaves up to ~1.5e-6 on v here.
+            torch.testing.assert_close(x, y, rtol=1e-5, atol=5e-6, msg=name)
 
 
 @pytest.mark.parametrize("kw", CONFIGS)

@@ -12,6 +12,8 @@ projection, and ``nn.Module`` calls per layer. This module computes the same fun
   equivalent dense block-diagonal convolution (small batches: the grouped kernel has a large
   fixed cost at batch 1);
 * projection and time encoding in one ``baddbmm`` with the precomputed (time PE + bias);
+* every-token attention on the packed projection by :func:`velobins_net.native_attention.attention`
+  (a native kernel for small heads on the CPU, PyTorch's otherwise: no q/k/v permute copies);
 * the last layer for the last token only (§III-B "last-step feature"), with its single-query
   attention folded so that no key or value is ever projected (see :func:`_last_layer`);
 * heads: every head's linear map on h in ONE matmul (bin queries θ_i(h), velocity, log σ), then
@@ -35,6 +37,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import torch
 import torch.backends.mkldnn as mkldnn
 import torch.nn.functional as F
+
+from .native_attention import attention
 
 if TYPE_CHECKING:  # import cycle: encoder imports this module
     from .encoder import Encoder, TransformerLayer
@@ -281,10 +285,8 @@ def _feed_forward(x: torch.Tensor, w: LayerWeights | LastLayerWeights, d: int) -
 
 def _layer(x: torch.Tensor, w: LayerWeights, heads: int, d: int) -> torch.Tensor:
     """Pre-norm transformer layer on every token (same maths as ``TransformerLayer.forward``); x (B, T, d)."""
-    b, t = x.shape[0], x.shape[1]
     y = F.layer_norm(x, (d,), w.ln1_w, w.ln1_b)
-    q, k, v = F.linear(y, w.qkv_w, w.qkv_b).view(b, t, 3, heads, d // heads).permute(2, 0, 3, 1, 4)
-    a = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(b, t, d)
+    a = attention(F.linear(y, w.qkv_w, w.qkv_b), heads)  # native small-head kernel on the CPU
     return _feed_forward(x + F.linear(a, w.out_w, w.out_b), w, d)
 
 

@@ -1,0 +1,127 @@
+"""Native small-head attention kernel: same values and gradients as PyTorch's, fallbacks, build.
+
+The kernel is compiled on first use (``g++``); without a compiler the native-only tests skip and
+the fallback tests still run.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+
+import velobins_net.native_attention as na
+
+torch.set_num_threads(1)
+
+needs_compiler = pytest.mark.skipif(shutil.which("g++") is None, reason="no C++ compiler to build the kernel")
+
+
+@pytest.fixture
+def fresh_state(monkeypatch, tmp_path):
+    """Forget the loaded kernel (restored afterwards) and build into an empty cache."""
+    monkeypatch.setattr(na, "_lib", None)
+    monkeypatch.setattr(na, "_status", None)
+    monkeypatch.setenv(na.CACHE_ENV, str(tmp_path))
+    return tmp_path
+
+
+def _packed(b: int, t: int, h: int, e: int, dtype=torch.float32, scale: float = 2.0, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(b, t, 3 * h * e, generator=g, dtype=torch.float64) * scale).to(dtype)
+
+
+def _value_and_grad(fn, qkv: torch.Tensor, heads: int, grad: torch.Tensor):
+    x = qkv.clone().requires_grad_()
+    out = fn(x, heads)
+    out.backward(grad)
+    return out.detach(), x.grad
+
+
+@needs_compiler
+def test_kernel_builds_and_is_used():
+    assert na.kernel_status().startswith("native"), na.kernel_status()
+    assert na.native_applies(_packed(2, 100, 4, 12), 4)
+
+
+@needs_compiler
+@pytest.mark.parametrize(
+    "b,t,h,e",
+    [(3, 100, 4, 12), (2, 7, 2, 5), (2, 37, 3, 16), (1, 1, 1, 3), (2, 16, 1, 16), (4, 33, 2, 1), (1, 130, 4, 12)],
+)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_native_equals_pytorch_values_and_gradients(b, t, h, e, dtype):
+    qkv = _packed(b, t, h, e, dtype)
+    grad = torch.randn(b, t, h * e, dtype=dtype, generator=torch.Generator().manual_seed(1))
+    out, dx = _value_and_grad(na.attention, qkv, h, grad)
+    ref, dref = _value_and_grad(na.reference_attention, qkv, h, grad)
+    tol = {"rtol": 1e-5, "atol": 2e-5} if dtype == torch.float32 else {"rtol": 1e-10, "atol": 1e-12}
+    torch.testing.assert_close(out, ref, **tol)
+    torch.testing.assert_close(dx, dref, **tol)
+
+
+@needs_compiler
+def test_gradcheck_float64():
+    qkv = _packed(2, 9, 2, 5, torch.float64).requires_grad_()
+    assert torch.autograd.gradcheck(lambda x: na.attention(x, 2), (qkv,))
+
+
+@needs_compiler
+def test_large_scores_stay_finite_and_exact():
+    """Scores of several hundred: the row max is subtracted before exp, as PyTorch does."""
+    qkv = _packed(2, 50, 2, 12, scale=15.0)
+    out = na.attention(qkv, 2)
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out, na.reference_attention(qkv, 2), rtol=1e-4, atol=1e-3)
+
+
+@needs_compiler
+def test_threads_split_work_with_identical_results():
+    qkv = _packed(64, 100, 4, 12)
+    grad = torch.randn(64, 100, 48, generator=torch.Generator().manual_seed(2))
+    one = _value_and_grad(na.attention, qkv, 4, grad)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        assert na._threads(64 * 4) == 2
+        two = _value_and_grad(na.attention, qkv, 4, grad)
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(one[0], two[0]) and torch.equal(one[1], two[1])  # heads are independent
+
+
+def test_large_heads_and_tracing_use_pytorch():
+    qkv = _packed(2, 10, 2, 20)  # head dimension 20 > MAX_HEAD_DIM
+    assert not na.native_applies(qkv, 2)
+    torch.testing.assert_close(na.attention(qkv, 2), na.reference_attention(qkv, 2))
+    traced = torch.jit.trace(lambda x: na.attention(x, 2), (_packed(2, 10, 2, 6),), check_trace=False)
+    assert "scaled_dot_product_attention" in str(traced.graph)  # exportable op, not the ctypes call
+
+
+def test_disabled_by_environment(fresh_state, monkeypatch):
+    monkeypatch.setenv(na.DISABLE_ENV, "0")
+    qkv = _packed(2, 20, 2, 6)
+    assert not na.native_applies(qkv, 2)
+    assert na.kernel_status().startswith("disabled")
+    assert not any(fresh_state.iterdir())  # nothing was built
+    torch.testing.assert_close(na.attention(qkv, 2), na.reference_attention(qkv, 2))
+
+
+def test_failed_build_falls_back_with_reason(fresh_state, monkeypatch, caplog):
+    monkeypatch.setenv(na.COMPILER_ENV, "no-such-compiler-velobins")
+    qkv = _packed(2, 20, 2, 6)
+    with caplog.at_level("WARNING", logger=na.__name__):
+        torch.testing.assert_close(na.attention(qkv, 2), na.reference_attention(qkv, 2))
+    assert na.kernel_status().startswith("unavailable (no C++ compiler")
+    assert "unavailable" in caplog.text
+
+
+@needs_compiler
+def test_compile_error_is_reported(fresh_state, monkeypatch, tmp_path):
+    broken = tmp_path / "broken.cpp"
+    broken.write_text("this is not C++\n")
+    monkeypatch.setattr(na, "SOURCE", broken)
+    with pytest.raises(RuntimeError, match="building the native attention kernel failed"):
+        na.build()
+    assert not [p for p in fresh_state.iterdir() if p.suffix == ".so"]  # no half-written library left
