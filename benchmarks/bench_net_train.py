@@ -2,15 +2,18 @@
 
 * optimised: :func:`velobins_net.train.train_epoch` as :func:`velobins_net.train.train` runs it:
   one vectorised gather per batch from the contiguous window array, the fused encoder path with
-  a last-token-only final transformer layer, the active-set label solver
+  a last-token-only final transformer layer and the native small-head attention kernel
+  (:mod:`velobins_net.native_attention`; ``VELOBINS_NATIVE_KERNELS=0`` measures without it), the
+  active-set label solver
   (:func:`velobins_net.labels.error_conditioned_labels`) and fused Adam.
 * straightforward: ``torch.utils.data.DataLoader`` over per-window ``__getitem__`` with default
   collation, every token through every layer module by module, the plain label solver
   (:func:`velobins_net.labels.reference_error_conditioned_labels`: all rows iterate until the
   last converges) and default Adam. This is the pre-optimisation implementation, unchanged.
 
-The label rows time both label solvers on the same (untrained-model) batch, to show how much of
-the speed-up they carry.
+The label and attention rows time both label solvers, and the native and PyTorch attention kernels
+(forward + backward of the all-token layer's attention at batch 128), to show how much of the
+speed-up each carries.
 
 Both train G+H^B (N=512, batch 128, Adam 3e-4) on the same synthetic flights, 1 thread, taking
 turns batch by batch (fair under load from other processes). Besides the overall ratio, the
@@ -41,6 +44,7 @@ from velobins_net.data import WindowDataset
 from velobins_net.labels import error_conditioned_labels, reference_error_conditioned_labels
 from velobins_net.losses import variant_loss
 from velobins_net.model import VeloBinsNet
+from velobins_net.native_attention import attention, kernel_status, native_applies, reference_attention
 from velobins_net.train import TrainConfig, epoch_batches, make_optimizer, resolve_model_config, train_epoch
 from velobins_net.variants import parse_variant
 
@@ -123,8 +127,11 @@ def main() -> None:
             fn(v_hat, y, grid)
         label_ms[name] = (time.perf_counter() - t0) / 5 * 1e3
 
+    attn_ms = attention_ms(mcfg)
+
     print(f"training throughput, G+H^B, N=512, batch {BATCH}, {batches_timed} batches, 1 thread, {len(ds)} windows")
     print(f"machine: {cpu_name()}, torch {torch.__version__}, allocator: {malloc}")
+    print(f"attention kernel: {kernel_status()}")
     print(f"{'implementation':50s} {'windows/s':>10s}")
     print(f"{'optimised (vectorised gather, last token)':50s} {fast_rate:10.0f}")
     print(f"{'straightforward (DataLoader, all tokens)':50s} {slow_rate:10.0f}")
@@ -139,6 +146,32 @@ def main() -> None:
         f"straightforward {faults[1] / batches_timed:.0f}"
     )
     print(f"labels per batch: optimised {label_ms['optimised']:.1f} ms, reference {label_ms['reference']:.1f} ms")
+    if attn_ms:
+        print(
+            f"attention fwd+bwd per batch: native {attn_ms['native']:.1f} ms, "
+            f"PyTorch {attn_ms['pytorch']:.1f} ms (medians of {ATTENTION_ROUNDS} alternating rounds)"
+        )
+
+
+ATTENTION_ROUNDS = 15
+
+
+def attention_ms(mcfg: ModelConfig) -> dict[str, float]:
+    """Median forward + backward ms of the all-token attention, native vs PyTorch ({} without the kernel)."""
+    heads = mcfg.num_heads
+    qkv = torch.randn(BATCH, mcfg.window_len, 3 * mcfg.d_model)
+    if not native_applies(qkv, heads):
+        return {}
+    grad = torch.randn(BATCH, mcfg.window_len, mcfg.d_model)
+    times: dict[str, list[float]] = {"native": [], "pytorch": []}
+    for i in range(ATTENTION_ROUNDS + 1):
+        for name, fn in [("native", attention), ("pytorch", reference_attention)]:
+            x = qkv.clone().requires_grad_()
+            t0 = time.perf_counter()
+            fn(x, heads).backward(grad)
+            if i:  # the first round warms up
+                times[name].append(1e3 * (time.perf_counter() - t0))
+    return {name: quartiles(t)[1] for name, t in times.items()}
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Native small-head attention kernel: same values and gradients as PyTorch's, fallbacks, build.
+"""Native small-head attention kernel and oneDNN linears: same values and gradients as PyTorch, fallbacks.
 
 The kernel is compiled on first use (``g++``); without a compiler the native-only tests skip and
 the fallback tests still run.
@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import velobins_net.native_attention as na
+from velobins_net import onednn_linear
 
 torch.set_num_threads(1)
 
@@ -125,3 +126,52 @@ def test_compile_error_is_reported(fresh_state, monkeypatch, tmp_path):
     with pytest.raises(RuntimeError, match="building the native attention kernel failed"):
         na.build()
     assert not [p for p in fresh_state.iterdir() if p.suffix == ".so"]  # no half-written library left
+
+
+# ---------------------------------------------------------------- oneDNN linears of the all-token layer
+needs_onednn = pytest.mark.skipif(onednn_linear._LINEAR is None, reason="this PyTorch build has no oneDNN linear op")
+
+
+@needs_onednn
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("weight_grad", [True, False])
+def test_onednn_linear_values_and_gradients(bias, weight_grad):
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(16, 100, 48, generator=g)
+    w = (torch.randn(224, 48, generator=g) * 0.1).requires_grad_(weight_grad)
+    b = torch.randn(224, generator=g).requires_grad_() if bias else None
+    grad = torch.randn(16, 100, 224, generator=g)
+    assert onednn_linear.onednn_applies(x, w)
+    xa = x.clone().requires_grad_()
+    out = onednn_linear.linear(xa, w, b)
+    assert out.grad_fn is not None and "OneDnn" in type(out.grad_fn).__name__
+    out.backward(grad)
+    got = [xa.grad] + ([w.grad.clone()] if weight_grad else []) + ([b.grad.clone()] if bias else [])
+    if weight_grad:
+        w.grad = None
+    if bias:
+        b.grad = None
+    # float64 reference: both float32 paths must sit within rounding of it
+    x64 = x.double().requires_grad_()
+    w64 = w.detach().double().requires_grad_(weight_grad)
+    b64 = b.detach().double().requires_grad_() if bias else None
+    torch.nn.functional.linear(x64, w64, b64).backward(grad.double())
+    want = [x64.grad] + ([w64.grad] if weight_grad else []) + ([b64.grad] if bias else [])
+    torch.testing.assert_close(out.double(), torch.nn.functional.linear(x64, w64, b64), rtol=1e-5, atol=1e-4)
+    for a, e in zip(got, want, strict=True):
+        torch.testing.assert_close(a.double(), e, rtol=1e-5, atol=1e-3)
+
+
+def test_onednn_linear_falls_back():
+    w = torch.randn(8, 4)
+    small = torch.randn(2, 10, 4)  # below MIN_ROWS
+    assert not onednn_linear.onednn_applies(small, w)
+    big64 = torch.randn(onednn_linear.MIN_ROWS, 4, dtype=torch.float64)
+    assert not onednn_linear.onednn_applies(big64, w.double())
+    out = onednn_linear.linear(big64, w.double())
+    torch.testing.assert_close(out, big64 @ w.double().t())
+
+
+def test_onednn_linear_disabled_by_environment(monkeypatch):
+    monkeypatch.setenv(na.DISABLE_ENV, "0")
+    assert not onednn_linear.onednn_applies(torch.randn(onednn_linear.MIN_ROWS, 4), torch.randn(8, 4))

@@ -39,6 +39,7 @@ import torch.backends.mkldnn as mkldnn
 import torch.nn.functional as F
 
 from .native_attention import attention
+from .onednn_linear import linear
 
 if TYPE_CHECKING:  # import cycle: encoder imports this module
     from .encoder import Encoder, TransformerLayer
@@ -278,16 +279,18 @@ def gelu(x: torch.Tensor) -> torch.Tensor:
         mkldnn.enabled = True
 
 
-def _feed_forward(x: torch.Tensor, w: LayerWeights | LastLayerWeights, d: int) -> torch.Tensor:
+def _feed_forward(
+    x: torch.Tensor, w: LayerWeights | LastLayerWeights, d: int, lin: Callable[..., torch.Tensor] = F.linear
+) -> torch.Tensor:
     """x + FFN(LN2(x)), the second half of a pre-norm layer."""
-    return x + F.linear(gelu(F.linear(F.layer_norm(x, (d,), w.ln2_w, w.ln2_b), w.ff1_w, w.ff1_b)), w.ff2_w, w.ff2_b)
+    return x + lin(gelu(lin(F.layer_norm(x, (d,), w.ln2_w, w.ln2_b), w.ff1_w, w.ff1_b)), w.ff2_w, w.ff2_b)
 
 
 def _layer(x: torch.Tensor, w: LayerWeights, heads: int, d: int) -> torch.Tensor:
     """Pre-norm transformer layer on every token (same maths as ``TransformerLayer.forward``); x (B, T, d)."""
     y = F.layer_norm(x, (d,), w.ln1_w, w.ln1_b)
-    a = attention(F.linear(y, w.qkv_w, w.qkv_b), heads)  # native small-head kernel on the CPU
-    return _feed_forward(x + F.linear(a, w.out_w, w.out_b), w, d)
+    a = attention(linear(y, w.qkv_w, w.qkv_b), heads)  # native small-head kernel on the CPU
+    return _feed_forward(x + linear(a, w.out_w, w.out_b), w, d, linear)
 
 
 def _last_layer(x: torch.Tensor, w: LastLayerWeights, heads: int, d: int) -> torch.Tensor:

@@ -55,7 +55,8 @@ _lib: ctypes.CDLL | None = None
 _status: str | None = None  # None: not tried yet
 
 
-def _enabled() -> bool:
+def kernels_enabled() -> bool:
+    """False when ``VELOBINS_NATIVE_KERNELS`` turns the native kernels (and oneDNN linears) off."""
     return os.environ.get(DISABLE_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
@@ -124,7 +125,7 @@ def _load() -> ctypes.CDLL | None:
     with _lock:
         if _status is not None:
             return _lib
-        if not _enabled():
+        if not kernels_enabled():
             _status = f"disabled ({DISABLE_ENV}=0): PyTorch's attention kernel"
             return None
         try:
