@@ -3,7 +3,7 @@
 * optimised: :func:`velobins_net.train.train_epoch` as :func:`velobins_net.train.train` runs it:
   one vectorised gather per batch from the contiguous window array, the fused encoder path with
   a last-token-only final transformer layer and the native small-head attention kernel
-  (:mod:`velobins_net.native_attention`; ``VELOBINS_NATIVE_KERNELS=0`` measures without it), the
+  (:mod:`velobins_net.native`; ``VELOBINS_NATIVE_KERNELS=0`` measures without it), the
   active-set label solver
   (:func:`velobins_net.labels.error_conditioned_labels`) and fused Adam.
 * straightforward: ``torch.utils.data.DataLoader`` over per-window ``__getitem__`` with default
@@ -44,7 +44,7 @@ from velobins_net.data import WindowDataset
 from velobins_net.labels import error_conditioned_labels, reference_error_conditioned_labels
 from velobins_net.losses import variant_loss
 from velobins_net.model import VeloBinsNet
-from velobins_net.native_attention import attention, kernel_status, native_applies, reference_attention
+from velobins_net.native import attention, kernel_status, native_applies, reference_attention
 from velobins_net.train import TrainConfig, epoch_batches, make_optimizer, resolve_model_config, train_epoch
 from velobins_net.variants import parse_variant
 
@@ -131,7 +131,7 @@ def main() -> None:
 
     print(f"training throughput, G+H^B, N=512, batch {BATCH}, {batches_timed} batches, 1 thread, {len(ds)} windows")
     print(f"machine: {cpu_name()}, torch {torch.__version__}, allocator: {malloc}")
-    print(f"attention kernel: {kernel_status()}")
+    print(f"native kernels: {kernel_status()}")
     print(f"{'implementation':50s} {'windows/s':>10s}")
     print(f"{'optimised (vectorised gather, last token)':50s} {fast_rate:10.0f}")
     print(f"{'straightforward (DataLoader, all tokens)':50s} {slow_rate:10.0f}")

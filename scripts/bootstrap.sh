@@ -7,7 +7,7 @@
 #   3. a tiny tf2_msgs overlay (TFMessage only) when no tf2_msgs is installed: the ROS PyPI wheel
 #      set lacks it, and the EKF node publishes /tf with it;
 #   4. `colcon build --symlink-install` of the workspace;
-#   5. the native attention kernel of velobins_net, compiled into ~/.cache/velobins (optional).
+#   5. the native CPU kernels of velobins_net, compiled into ~/.cache/velobins (optional).
 #
 # Each step is skipped when a stamp shows its inputs are unchanged, so a warm re-run takes seconds.
 # Afterwards `source scripts/env.sh` gives a shell with the venv and the workspace overlay.
@@ -97,13 +97,13 @@ if [ "$(cat "$STAMPS/build" 2>/dev/null)" != "$build_hash" ] || [ ! -f "$ROOT/in
     )
     echo "$build_hash" >"$STAMPS/build"
 fi
-# --- 5. native attention kernel ---------------------------------------------------------------
+# --- 5. native CPU kernels ----------------------------------------------------------------------
 # Compiled once per machine into ~/.cache/velobins (~15 s) so the first training run does not pay
 # for it; without a C++ compiler training falls back to PyTorch's kernel and this says why.
 (
     set +u
     # shellcheck disable=SC1091
     source "$ROOT/scripts/env.sh" >/dev/null
-    python -m velobins_net.native_attention 2>&1 | tail -n 1 | sed 's/^/bootstrap: /'
+    python -m velobins_net.native 2>&1 | tail -n 1 | sed 's/^/bootstrap: /'
 )
 say "ready: source scripts/env.sh"

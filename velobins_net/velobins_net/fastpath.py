@@ -12,13 +12,14 @@ projection, and ``nn.Module`` calls per layer. This module computes the same fun
   equivalent dense block-diagonal convolution (small batches: the grouped kernel has a large
   fixed cost at batch 1);
 * projection and time encoding in one ``baddbmm`` with the precomputed (time PE + bias);
-* every-token attention on the packed projection by :func:`velobins_net.native_attention.attention`
+* every-token attention on the packed projection by :func:`velobins_net.native.attention`
   (a native kernel for small heads on the CPU, PyTorch's otherwise: no q/k/v permute copies);
 * the last layer for the last token only (§III-B "last-step feature"), with its single-query
   attention folded so that no key or value is ever projected (see :func:`_last_layer`);
 * heads: every head's linear map on h in ONE matmul (bin queries θ_i(h), velocity, log σ), then
   one (3 × D)·(D × N) product of the per-axis queries with the cached bin features (eq:softmax),
-  one softmax and two reductions for v̂ and σ̂² (eq:decode, eq:bin_variance). (Folding θ into the
+  one softmax and two reductions for v̂ and σ̂² (eq:decode, eq:bin_variance) — at inference in one
+  native call (:func:`velobins_net.native.bin_decode`). (Folding θ into the
   features, h·(W_iᵀFᵀ), was measured slower at batch 1: its (D_h × 3N) matrix misses the cache.)
 
 Fused weights are a differentiable function of the parameters (:func:`fuse_encoder`), so
@@ -38,7 +39,7 @@ import torch
 import torch.backends.mkldnn as mkldnn
 import torch.nn.functional as F
 
-from .native_attention import attention
+from .native import attention, bin_decode
 from .onednn_linear import linear
 
 if TYPE_CHECKING:  # import cycle: encoder imports this module
@@ -374,16 +375,23 @@ def heads(h: torch.Tensor, w: HeadWeights) -> HeadOutputs:
         assert log_sigma is not None
         return out[:, :3], torch.exp(2.0 * log_sigma), None, None, log_sigma
     n = w.num_bins
-    if w.features_t is None:
-        logits = out[:, : w.bin_cols].reshape(-1, 3, n)
-    else:  # the 3B per-axis queries against the cached bin features in one 2-D product
-        logits = torch.mm(out[:, : w.bin_cols].reshape(-1, w.features_t.shape[0]), w.features_t).view(-1, 3, n)
-    p = F.softmax(logits, dim=-1)
     centres = w.centres
     assert centres is not None
-    v = p @ centres
-    dev = centres - v.unsqueeze(-1)
-    bin_var = (p * (dev * dev)).sum(-1)
+    decoded = None
+    if w.features_t is not None:  # the 3B per-axis queries against the cached bin features
+        queries = out[:, : w.bin_cols].reshape(-1, w.features_t.shape[0])
+        decoded = bin_decode(queries, w.features_t, centres)  # one native call, inference only
+        if decoded is None:
+            logits = torch.mm(queries, w.features_t).view(-1, 3, n)
+        else:
+            logits, v, bin_var = decoded[0].view(-1, 3, n), decoded[1].view(-1, 3), decoded[2].view(-1, 3)
+    else:
+        logits = out[:, : w.bin_cols].reshape(-1, 3, n)
+    if decoded is None:
+        p = F.softmax(logits, dim=-1)
+        v = p @ centres
+        dev = centres - v.unsqueeze(-1)
+        bin_var = (p * (dev * dev)).sum(-1)
     if w.uncertainty == "B":
         return v, bin_var, logits, bin_var, log_sigma
     assert log_sigma is not None

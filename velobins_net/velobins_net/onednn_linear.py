@@ -19,7 +19,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from .native_attention import kernels_enabled
+from .native import kernels_enabled
 
 
 def _op() -> Any | None:

@@ -1,8 +1,13 @@
-// Multi-head self-attention (no mask) for small head dimensions: forward and backward on the CPU.
+// Native CPU kernels of velobins_net (loaded by native.py through ctypes):
+//
+// 1. vb_attn_*: multi-head self-attention (no mask) for small heads, forward and backward.
+// 2. vb_bin_decode_f32: the bin decoder at inference (eq:softmax, eq:decode, eq:bin_variance).
+//
+// --- 1. attention ------------------------------------------------------------------------------
 //
 // Why: the encoder's all-token transformer layer has head dimension 12 and windows of 100 steps.
 // PyTorch's CPU attention kernels are built for large heads; at this size their backward pass
-// dominated a training step (velobins_net/native_attention.py gives the measured figures). Here
+// dominated a training step (velobins_net/native.py gives the measured figures). Here
 // one (window, head) pair is a handful of tiny matrices that fit in L1/L2, so each is computed
 // in one go with register-blocked products on 64-byte vectors (GCC vector extensions: AVX-512
 // with -march=native where the CPU has it, narrower SIMD or plain code elsewhere).
@@ -14,8 +19,14 @@
 // The forward pass keeps only lse; the backward pass recomputes the probabilities from it
 // (as FlashAttention does), so no (T × T) matrix per head is stored between the passes.
 //
-// Entry points (extern "C", called through ctypes): vb_attn_{fwd,bwd}_{f32,f64}; they return 0,
-// or 1 for an unsupported head dimension (the caller then uses PyTorch's kernel).
+// Entry points: vb_attn_{fwd,bwd}_{f32,f64}; they return 0, or 1 for an unsupported head
+// dimension (the caller then uses PyTorch's kernel).
+//
+// --- 2. bin decoder ----------------------------------------------------------------------------
+// One window at a time (the streaming predictor's case) the decoder is a dozen tiny PyTorch ops of
+// ~1-2 µs fixed cost each, which made up most of the difference to the regression head's latency.
+// vb_bin_decode_f32 does them in one call: logits = q · features, softmax, v = Σ p c and
+// var = Σ p (c − v)² per row (one row per window and axis).
 
 #include <algorithm>
 #include <cmath>
@@ -323,10 +334,70 @@ int backward(const F* qkv, const F* out, const F* dout, const F* lse, F* dqkv, i
   }
 }
 
+
+// Bin decoder rows: logits (rows × N) = q (rows × D) · features_t (D × N); then per row the
+// softmax p, v = Σ_j p_j c_j and var = Σ_j p_j (c_j − v)².
+void bin_decode(const float* q, const float* feat_t, const float* centres, float* logits, float* v_out,
+                float* var_out, int64_t rows, int64_t D, int64_t N) {
+  typedef Vec<float>::v v;
+  constexpr int W = 16;
+  const int64_t nv = N / W;  // full vectors; the remaining N % W bins take scalar code
+  std::vector<float> p(N);
+  for (int64_t r = 0; r < rows; ++r) {
+    float* lg = logits + r * N;
+    const float* qr = q + r * D;
+    for (int64_t j = 0; j < N; ++j) lg[j] = 0.0f;
+    for (int64_t d = 0; d < D; ++d) {
+      const float a = qr[d];
+      const float* f = feat_t + d * N;
+      for (int64_t j = 0; j < N; ++j) lg[j] += a * f[j];
+    }
+    // Vector blocks of W bins, then the N % W tail in scalar code, for the max, the sum, the mean
+    // and the variance; the lanes are folded with lane_max / lane_sum.
+    auto load = [](const float* src) { v x; __builtin_memcpy(&x, src, sizeof(v)); return x; };
+    v vm = v{} + lg[0];
+    for (int64_t k = 0; k < nv; ++k) { v x = load(lg + k * W); vm = x > vm ? x : vm; }
+    float m = lane_max(vm);
+    for (int64_t j = nv * W; j < N; ++j) m = lg[j] > m ? lg[j] : m;
+    v vs{}, vc{};
+    for (int64_t k = 0; k < nv; ++k) {
+      v x = vexp(load(lg + k * W) - m);
+      __builtin_memcpy(p.data() + k * W, &x, sizeof(v));
+      vs += x;
+      vc += x * load(centres + k * W);
+    }
+    float s = lane_sum(vs), sc = lane_sum(vc);
+    for (int64_t j = nv * W; j < N; ++j) {
+      p[j] = std::exp(lg[j] - m);
+      s += p[j];
+      sc += p[j] * centres[j];
+    }
+    const float inv = 1.0f / s, mean = sc * inv;
+    v vv{};
+    for (int64_t k = 0; k < nv; ++k) {
+      v dv = load(centres + k * W) - mean;
+      vv += load(p.data() + k * W) * dv * dv;
+    }
+    float var = lane_sum(vv);
+    for (int64_t j = nv * W; j < N; ++j) {
+      const float dv = centres[j] - mean;
+      var += p[j] * dv * dv;
+    }
+    v_out[r] = mean;
+    var_out[r] = var * inv;
+  }
+}
+
 }  // namespace
 
 extern "C" {
 int vb_attn_max_head_dim() { return 16; }
+int vb_bin_decode_f32(const float* q, const float* feat_t, const float* centres, float* logits, float* v, float* var,
+                      int64_t rows, int64_t D, int64_t N) {
+  if (rows < 0 || D < 1 || N < 1) return 1;
+  bin_decode(q, feat_t, centres, logits, v, var, rows, D, N);
+  return 0;
+}
 int vb_attn_fwd_f32(const float* qkv, float* out, float* lse, int64_t B, int64_t T, int64_t H, int64_t E, double scale,
                     int threads) {
   return forward(qkv, out, lse, B, T, H, E, scale, threads);

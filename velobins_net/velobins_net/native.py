@@ -1,20 +1,23 @@
-"""Multi-head self-attention with a native CPU kernel for small heads, and PyTorch's as the fallback.
+"""Native CPU kernels (attention for small heads, the bin decoder at inference), PyTorch as fallback.
 
 :func:`attention` maps the packed projection ``qkv`` (B, T, 3·H·E) to the attention output
 (B, T, H·E), exactly ``F.scaled_dot_product_attention`` per head. On the CPU, for float32/64 and
-head dimensions E ≤ 16, it runs ``attention_kernel.cpp``: the encoder's all-token layer has
-E = 12 and T = 100, sizes at which PyTorch's CPU kernels spend most of their time outside the
-arithmetic. Measured with ``benchmarks/bench_net_train.py --attention`` (B = 128, 1 thread):
-forward + backward 15–19 ms native vs 33–45 ms ``scaled_dot_product_attention``, and the whole
-training step 1.2x faster.
+head dimensions E ≤ 16, it runs the native kernel: the encoder's all-token layer has E = 12 and
+T = 100, sizes at which PyTorch's CPU kernels spend most of their time outside the arithmetic
+(``benchmarks/bench_net_train.py`` prints both: forward + backward at batch 128, 1 thread,
+14.7 ms native vs 32.4 ms PyTorch in one run on the development machine).
 
-The kernel is C++ (no PyTorch headers, so it compiles in ~15 s) built once per source, compiler
-and CPU with ``g++ -O3 -march=native`` into the user cache (``$VELOBINS_CACHE_DIR``, default
-``~/.cache/velobins``) and loaded with ctypes. ``scripts/bootstrap.sh`` builds it ahead
-(``python -m velobins_net.native_attention``). Anything that stops it — no compiler, a failed
-build, ``VELOBINS_NATIVE_KERNELS=0``, a GPU tensor, tracing for TorchScript/ONNX export — falls
-back to PyTorch's kernel with the same results to float rounding; the reason is logged once and
-:func:`kernel_status` reports it.
+:func:`bin_decode` runs the bin decoder of a window in one call (logits, softmax, v̂, σ̂²;
+eq:softmax, eq:decode, eq:bin_variance) where PyTorch takes about ten ops of fixed cost each;
+that is the streaming predictor's per-window case (``benchmarks/bench_net_latency.py``).
+
+The kernels are C++ (``native_kernels.cpp``: no PyTorch headers, so it compiles in ~15 s), built
+once per source, compiler and CPU with ``g++ -O3 -march=native`` into the user cache
+(``$VELOBINS_CACHE_DIR``, default ``~/.cache/velobins``) and loaded with ctypes;
+``scripts/bootstrap.sh`` builds them ahead (``python -m velobins_net.native``). Anything that
+stops them (no compiler, a failed build, ``VELOBINS_NATIVE_KERNELS=0``, a GPU tensor, tracing for
+TorchScript/ONNX export, a gradient through the bin decoder) falls back to PyTorch with the same
+results to float rounding; the reason is logged once and :func:`kernel_status` reports it.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ import torch.nn.functional as F
 
 _LOG = logging.getLogger(__name__)
 
-SOURCE = Path(__file__).with_name("attention_kernel.cpp")
+SOURCE = Path(__file__).with_name("native_kernels.cpp")
 DISABLE_ENV = "VELOBINS_NATIVE_KERNELS"
 """Set to 0 to never build or use the native kernel."""
 CACHE_ENV = "VELOBINS_CACHE_DIR"
@@ -84,7 +87,7 @@ def _library_path(compiler: str) -> Path:
     key = hashlib.sha256()
     for part in (SOURCE.read_bytes(), version.encode(), repr(FLAG_SETS).encode(), _cpu_signature().encode()):
         key.update(part)
-    return cache_dir() / f"attention_kernel-{platform.machine()}-{key.hexdigest()[:16]}.so"
+    return cache_dir() / f"native_kernels-{platform.machine()}-{key.hexdigest()[:16]}.so"
 
 
 def build() -> Path:
@@ -107,14 +110,14 @@ def build() -> Path:
         fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
         os.close(fd)
         cmd = [compiler, *flags, "-std=c++17", "-shared", "-fPIC", "-pthread", str(SOURCE), "-o", tmp]
-        _LOG.info("building the native attention kernel (once per machine, ~15 s): %s", " ".join(cmd))
+        _LOG.info("building the native kernels (once per machine, ~15 s): %s", " ".join(cmd))
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if proc.returncode == 0:
             os.replace(tmp, target)
             return target
         os.unlink(tmp)
         errors.append(f"{' '.join(flags)}: {proc.stderr.strip()[-2000:]}")
-    raise RuntimeError("building the native attention kernel failed:\n" + "\n".join(errors))
+    raise RuntimeError("building the native kernels failed:\n" + "\n".join(errors))
 
 
 def _load() -> ctypes.CDLL | None:
@@ -126,7 +129,7 @@ def _load() -> ctypes.CDLL | None:
         if _status is not None:
             return _lib
         if not kernels_enabled():
-            _status = f"disabled ({DISABLE_ENV}=0): PyTorch's attention kernel"
+            _status = f"disabled ({DISABLE_ENV}=0): PyTorch kernels"
             return None
         try:
             lib = ctypes.CDLL(str(build()))
@@ -136,11 +139,12 @@ def _load() -> ctypes.CDLL | None:
                 getattr(lib, name).argtypes = [ptr, ptr, ptr, *dims]
             for name in ("vb_attn_bwd_f32", "vb_attn_bwd_f64"):
                 getattr(lib, name).argtypes = [ptr, ptr, ptr, ptr, ptr, *dims]
+            lib.vb_bin_decode_f32.argtypes = [ptr, ptr, ptr, ptr, ptr, ptr, i64, i64, i64]
             if lib.vb_attn_max_head_dim() != MAX_HEAD_DIM:
-                raise RuntimeError("kernel library and native_attention.py disagree on the head dimensions")
+                raise RuntimeError("kernel library and native.py disagree on the head dimensions")
         except (OSError, RuntimeError, AttributeError) as exc:
-            _status = f"unavailable ({exc}): PyTorch's attention kernel"
-            _LOG.warning("native attention kernel %s", _status)
+            _status = f"unavailable ({exc}): PyTorch kernels"
+            _LOG.warning("native kernels %s", _status)
             return None
         _lib = lib
         _status = f"native ({build().name})"
@@ -148,7 +152,7 @@ def _load() -> ctypes.CDLL | None:
 
 
 def kernel_status() -> str:
-    """Which attention kernel CPU training uses, and why (builds the kernel if not tried yet)."""
+    """Whether the native kernels are in use, and why not (builds them if not tried yet)."""
     _load()
     assert _status is not None
     return _status
@@ -224,12 +228,42 @@ def attention(qkv: torch.Tensor, heads: int) -> torch.Tensor:
     return reference_attention(qkv, heads)
 
 
+def bin_decode(
+    queries: torch.Tensor, features_t: torch.Tensor, centres: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    """Bin decoding without autograd: queries (R, D), features_t (D, N), centres (N) → (logits (R, N), v (R), var (R)).
+
+    logits = queries · features_t, p = softmax(logits), v = Σ p c, var = Σ p (c − v)². Returns None
+    (the caller runs PyTorch) unless all are contiguous float32 CPU tensors, no gradient is needed,
+    nothing is being traced and the native library is loaded.
+    """
+    if torch.jit.is_scripting() or torch.jit.is_tracing():
+        return None
+    tensors = (queries, features_t, centres)
+    if any(t.device.type != "cpu" or t.dtype != torch.float32 or not t.is_contiguous() for t in tensors):
+        return None
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        return None
+    lib = _load()
+    if lib is None:
+        return None
+    rows, dim = queries.shape
+    n = features_t.shape[1]
+    logits = queries.new_empty(rows, n)
+    v = queries.new_empty(rows)
+    var = queries.new_empty(rows)
+    ptrs = (queries.data_ptr(), features_t.data_ptr(), centres.data_ptr(), logits.data_ptr(), v.data_ptr())
+    if lib.vb_bin_decode_f32(*ptrs, var.data_ptr(), rows, dim, n) != 0:
+        return None
+    return logits, v, var
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m velobins_net.native_attention``: build (if needed) and report the kernel in use."""
-    parser = argparse.ArgumentParser(description="Build the native attention kernel and report its status.")
+    """``python -m velobins_net.native``: build the kernels (if needed) and report their status."""
+    parser = argparse.ArgumentParser(description="Build the native kernels and report their status.")
     parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    print(f"attention kernel: {kernel_status()}")
+    print(f"native kernels: {kernel_status()}")
     return 0
 
 

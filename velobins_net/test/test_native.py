@@ -1,4 +1,4 @@
-"""Native small-head attention kernel and oneDNN linears: same values and gradients as PyTorch, fallbacks.
+"""Native kernels (attention, bin decoder) and oneDNN linears: same values and gradients as PyTorch, fallbacks.
 
 The kernel is compiled on first use (``g++``); without a compiler the native-only tests skip and
 the fallback tests still run.
@@ -11,7 +11,7 @@ import shutil
 import pytest
 import torch
 
-import velobins_net.native_attention as na
+import velobins_net.native as na
 from velobins_net import onednn_linear
 
 torch.set_num_threads(1)
@@ -123,7 +123,7 @@ def test_compile_error_is_reported(fresh_state, monkeypatch, tmp_path):
     broken = tmp_path / "broken.cpp"
     broken.write_text("this is not C++\n")
     monkeypatch.setattr(na, "SOURCE", broken)
-    with pytest.raises(RuntimeError, match="building the native attention kernel failed"):
+    with pytest.raises(RuntimeError, match="building the native kernels failed"):
         na.build()
     assert not [p for p in fresh_state.iterdir() if p.suffix == ".so"]  # no half-written library left
 
@@ -175,3 +175,53 @@ def test_onednn_linear_falls_back():
 def test_onednn_linear_disabled_by_environment(monkeypatch):
     monkeypatch.setenv(na.DISABLE_ENV, "0")
     assert not onednn_linear.onednn_applies(torch.randn(onednn_linear.MIN_ROWS, 4), torch.randn(8, 4))
+
+
+# ---------------------------------------------------------------- bin decoder at inference
+@needs_compiler
+@pytest.mark.parametrize("rows,dim,n", [(3, 32, 512), (6, 32, 64), (3, 8, 37), (1, 5, 7)])
+def test_bin_decode_equals_pytorch(rows, dim, n):
+    g = torch.Generator().manual_seed(4)
+    q = torch.randn(rows, dim, generator=g) * 2
+    feats = torch.randn(dim, n, generator=g)
+    centres = torch.linspace(-3.0, 3.0, n)
+    got = na.bin_decode(q, feats, centres)
+    assert got is not None
+    logits = q.double() @ feats.double()
+    p = torch.softmax(logits, -1)
+    v = p @ centres.double()
+    var = (p * (centres.double() - v[:, None]) ** 2).sum(-1)
+    torch.testing.assert_close(got[0].double(), logits, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got[1].double(), v, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(got[2].double(), var, rtol=1e-4, atol=1e-6)
+
+
+@needs_compiler
+def test_bin_decode_declines_what_it_cannot_do():
+    q, feats, centres = torch.randn(3, 4), torch.randn(4, 16), torch.linspace(-1, 1, 16)
+    assert na.bin_decode(q.double(), feats.double(), centres.double()) is None  # float32 only
+    assert na.bin_decode(q, feats.t().contiguous().t(), centres) is None  # non-contiguous
+    assert na.bin_decode(q.requires_grad_(), feats, centres) is None  # needs autograd
+    with torch.no_grad():
+        assert na.bin_decode(q, feats, centres) is not None
+
+
+@needs_compiler
+def test_streaming_inference_decodes_natively(monkeypatch):
+    """The fused eval path calls the native decoder and agrees with the module path."""
+    from velobins_net.config import ModelConfig
+    from velobins_net.model import VeloBinsNet
+
+    calls = []
+    real = na.bin_decode
+    monkeypatch.setattr("velobins_net.fastpath.bin_decode", lambda *a: calls.append(1) or real(*a))
+    torch.manual_seed(0)
+    model = VeloBinsNet(ModelConfig(num_bins=128)).eval()
+    x = torch.randn(1, 100, 10)
+    with torch.inference_mode():
+        fast = model(x)
+        ref = model(x, last_token_only=False, use_cache=False)
+    assert calls
+    torch.testing.assert_close(fast.v, ref.v, rtol=1e-5, atol=5e-6)
+    torch.testing.assert_close(fast.var, ref.var, rtol=1e-4, atol=1e-7)
+    torch.testing.assert_close(fast.logits, ref.logits, rtol=1e-5, atol=1e-5)
