@@ -5,7 +5,10 @@
 * Straightforward VeloBins: all tokens in every layer, bin encodings recomputed per forward.
 * TorchScript frozen: the exported (traced) fused path, frozen + optimize_for_inference.
 
-The first two run the fused eval path (velobins_net.fastpath).
+The first two run the fused eval path (velobins_net.fastpath) with the native kernels
+(velobins_net.native: the all-token attention, and for VeloBins the bin decoder in one call) when
+they are built; ``VELOBINS_NATIVE_KERNELS=0`` measures the pure-PyTorch path. The line "native
+kernels:" says which ran.
 
 How it measures, and why: on the shared 2-core development machines the same call moves by
 ±5-10 % from one second to the next, which is as large as the effect being measured (the bin
@@ -37,6 +40,7 @@ import torch
 from velobins_net.config import ModelConfig
 from velobins_net.export import ExportWrapper
 from velobins_net.model import VeloBinsNet
+from velobins_net.native import kernel_status
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchstats import cpu_name, paired_ratio, quartiles
@@ -100,6 +104,7 @@ def main() -> None:
         )
     print(f"forward latency, batch 1, 1 thread, N=512, window 100x10, {args.rounds} rounds x {ITERS} calls")
     print(f"machine: {cpu_name()}, torch {torch.__version__}")
+    print(f"native kernels: {kernel_status()}")
     print(f"{'model':58s} {'ms (median)':>11s} {'vs reg, per round: median [IQR]':>34s}")
     vs_reg = {name: paired_ratio(runs, name, REG) for name in runs}
     for name, (lo, mid, hi) in vs_reg.items():

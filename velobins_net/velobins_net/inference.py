@@ -19,6 +19,7 @@ import torch
 from .checkpoint import model_from_checkpoint, read_checkpoint
 from .data import interp_columns
 from .model import VeloBinsNet
+from .native import kernel_status
 
 REASONS = ("ok", "rate_limited", "insufficient_imu", "no_rotor", "rotor_stale", "out_of_order", "non_finite")
 """Outcome names counted by :class:`StreamingPredictor`."""
@@ -106,6 +107,8 @@ class StreamingPredictor:
         self._last_run: float | None = None
         self.counts: Counter[str] = Counter()
         self._device = next(model.parameters()).device
+        if self._device.type == "cpu":
+            kernel_status()  # build/load the native kernels now, not inside the first window's callback
 
     def push_imu(self, t: float, acc: np.ndarray, gyro: np.ndarray) -> bool:
         """Add one IMU sample (body specific force [m/s²], angular rate [rad/s]); False if rejected."""
