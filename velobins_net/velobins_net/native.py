@@ -132,7 +132,8 @@ def _load() -> ctypes.CDLL | None:
             _status = f"disabled ({DISABLE_ENV}=0): PyTorch kernels"
             return None
         try:
-            lib = ctypes.CDLL(str(build()))
+            path = build()
+            lib = ctypes.CDLL(str(path))
             ptr, i64 = ctypes.c_void_p, ctypes.c_int64
             dims = [i64, i64, i64, i64, ctypes.c_double, ctypes.c_int]
             for name in ("vb_attn_fwd_f32", "vb_attn_fwd_f64"):
@@ -147,7 +148,7 @@ def _load() -> ctypes.CDLL | None:
             _LOG.warning("native kernels %s", _status)
             return None
         _lib = lib
-        _status = f"native ({build().name})"
+        _status = f"native ({path.name})"
         return _lib
 
 
