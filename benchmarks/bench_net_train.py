@@ -2,18 +2,18 @@
 
 * optimised: :func:`velobins_net.train.train_epoch` as :func:`velobins_net.train.train` runs it:
   one vectorised gather per batch from the contiguous window array, the fused encoder path with
-  a last-token-only final transformer layer and the native small-head attention kernel
-  (:mod:`velobins_net.native`; ``VELOBINS_NATIVE_KERNELS=0`` measures without it), the
-  active-set label solver
-  (:func:`velobins_net.labels.error_conditioned_labels`) and fused Adam.
+  a last-token-only final transformer layer, the native small-head attention kernel
+  (:mod:`velobins_net.native`) and oneDNN linears (:mod:`velobins_net.onednn_linear`) in the
+  all-token layer (``VELOBINS_NATIVE_KERNELS=0`` measures without both), the active-set label
+  solver (:func:`velobins_net.labels.error_conditioned_labels`) and fused Adam.
 * straightforward: ``torch.utils.data.DataLoader`` over per-window ``__getitem__`` with default
   collation, every token through every layer module by module, the plain label solver
   (:func:`velobins_net.labels.reference_error_conditioned_labels`: all rows iterate until the
   last converges) and default Adam. This is the pre-optimisation implementation, unchanged.
 
-The label and attention rows time both label solvers, and the native and PyTorch attention kernels
-(forward + backward of the all-token layer's attention at batch 128), to show how much of the
-speed-up each carries.
+The label, attention and FFN-linear rows time both label solvers, the native and PyTorch attention
+kernels, and oneDNN's and PyTorch's linear (forward + backward of the all-token layer's ops at
+batch 128), to show how much of the speed-up each carries.
 
 Both train G+H^B (N=512, batch 128, Adam 3e-4) on the same synthetic flights, 1 thread, taking
 turns batch by batch (fair under load from other processes). Besides the overall ratio, the
@@ -32,9 +32,11 @@ import argparse
 import resource
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
 from velobins_net.bins import BinGrid, velocity_range_from
@@ -45,6 +47,7 @@ from velobins_net.labels import error_conditioned_labels, reference_error_condit
 from velobins_net.losses import variant_loss
 from velobins_net.model import VeloBinsNet
 from velobins_net.native import attention, kernel_status, native_applies, reference_attention
+from velobins_net.onednn_linear import linear, onednn_applies
 from velobins_net.train import TrainConfig, epoch_batches, make_optimizer, resolve_model_config, train_epoch
 from velobins_net.variants import parse_variant
 
@@ -128,6 +131,7 @@ def main() -> None:
         label_ms[name] = (time.perf_counter() - t0) / 5 * 1e3
 
     attn_ms = attention_ms(mcfg)
+    lin_ms = linear_ms(mcfg)
 
     print(f"training throughput, G+H^B, N=512, batch {BATCH}, {batches_timed} batches, 1 thread, {len(ds)} windows")
     print(f"machine: {cpu_name()}, torch {torch.__version__}, allocator: {malloc}")
@@ -148,30 +152,54 @@ def main() -> None:
     print(f"labels per batch: optimised {label_ms['optimised']:.1f} ms, reference {label_ms['reference']:.1f} ms")
     if attn_ms:
         print(
-            f"attention fwd+bwd per batch: native {attn_ms['native']:.1f} ms, "
-            f"PyTorch {attn_ms['pytorch']:.1f} ms (medians of {ATTENTION_ROUNDS} alternating rounds)"
+            f"attention fwd+bwd per batch: native {attn_ms['new']:.1f} ms, "
+            f"PyTorch {attn_ms['old']:.1f} ms (medians of {KERNEL_ROUNDS} alternating rounds)"
+        )
+    if lin_ms:
+        flop = 3 * 2 * BATCH * mcfg.window_len * mcfg.d_model * mcfg.ffn_dim  # forward + 2 backward products
+        print(
+            f"FFN linear {mcfg.d_model}->{mcfg.ffn_dim} fwd+bwd per batch: oneDNN {lin_ms['new']:.1f} ms "
+            f"({flop / lin_ms['new'] / 1e6:.0f} GFLOP/s), F.linear {lin_ms['old']:.1f} ms "
+            f"({flop / lin_ms['old'] / 1e6:.0f} GFLOP/s)"
         )
 
 
-ATTENTION_ROUNDS = 15
+KERNEL_ROUNDS = 15
+
+
+def paired_fwd_bwd_ms(
+    new: Callable[[torch.Tensor], torch.Tensor], old: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor
+) -> dict[str, float]:
+    """Median forward + backward ms of two implementations of one op, alternating round by round."""
+    grad = torch.randn_like(old(x))
+    times: dict[str, list[float]] = {"new": [], "old": []}
+    for i in range(KERNEL_ROUNDS + 1):
+        for name, fn in [("new", new), ("old", old)]:
+            xi = x.clone().requires_grad_()
+            t0 = time.perf_counter()
+            fn(xi).backward(grad)
+            if i:  # the first round warms up
+                times[name].append(1e3 * (time.perf_counter() - t0))
+    return {name: quartiles(t)[1] for name, t in times.items()}
 
 
 def attention_ms(mcfg: ModelConfig) -> dict[str, float]:
-    """Median forward + backward ms of the all-token attention, native vs PyTorch ({} without the kernel)."""
+    """All-token attention: native ("new") vs PyTorch ("old"); {} when the native kernel is not in use."""
     heads = mcfg.num_heads
     qkv = torch.randn(BATCH, mcfg.window_len, 3 * mcfg.d_model)
     if not native_applies(qkv, heads):
         return {}
-    grad = torch.randn(BATCH, mcfg.window_len, mcfg.d_model)
-    times: dict[str, list[float]] = {"native": [], "pytorch": []}
-    for i in range(ATTENTION_ROUNDS + 1):
-        for name, fn in [("native", attention), ("pytorch", reference_attention)]:
-            x = qkv.clone().requires_grad_()
-            t0 = time.perf_counter()
-            fn(x, heads).backward(grad)
-            if i:  # the first round warms up
-                times[name].append(1e3 * (time.perf_counter() - t0))
-    return {name: quartiles(t)[1] for name, t in times.items()}
+    return paired_fwd_bwd_ms(lambda x: attention(x, heads), lambda x: reference_attention(x, heads), qkv)
+
+
+def linear_ms(mcfg: ModelConfig) -> dict[str, float]:
+    """The all-token FFN's first linear: oneDNN ("new") vs F.linear ("old"); {} when oneDNN is not in use."""
+    x = torch.randn(BATCH, mcfg.window_len, mcfg.d_model)
+    weight = torch.randn(mcfg.ffn_dim, mcfg.d_model, requires_grad=True)
+    bias = torch.randn(mcfg.ffn_dim, requires_grad=True)
+    if not onednn_applies(x, weight):
+        return {}
+    return paired_fwd_bwd_ms(lambda t: linear(t, weight, bias), lambda t: F.linear(t, weight, bias), x)
 
 
 if __name__ == "__main__":

@@ -378,16 +378,15 @@ def heads(h: torch.Tensor, w: HeadWeights) -> HeadOutputs:
     centres = w.centres
     assert centres is not None
     decoded = None
-    if w.features_t is not None:  # the 3B per-axis queries against the cached bin features
+    if w.features_t is None:
+        logits = out[:, : w.bin_cols].reshape(-1, 3, n)
+    else:  # the 3B per-axis queries against the cached bin features
         queries = out[:, : w.bin_cols].reshape(-1, w.features_t.shape[0])
         decoded = bin_decode(queries, w.features_t, centres)  # one native call, inference only
-        if decoded is None:
-            logits = torch.mm(queries, w.features_t).view(-1, 3, n)
-        else:
-            logits, v, bin_var = decoded[0].view(-1, 3, n), decoded[1].view(-1, 3), decoded[2].view(-1, 3)
+        logits = (torch.mm(queries, w.features_t) if decoded is None else decoded[0]).view(-1, 3, n)
+    if decoded is not None:
+        v, bin_var = decoded[1].view(-1, 3), decoded[2].view(-1, 3)
     else:
-        logits = out[:, : w.bin_cols].reshape(-1, 3, n)
-    if decoded is None:
         p = F.softmax(logits, dim=-1)
         v = p @ centres
         dev = centres - v.unsqueeze(-1)

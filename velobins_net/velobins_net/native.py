@@ -5,7 +5,7 @@
 head dimensions E ≤ 16, it runs the native kernel: the encoder's all-token layer has E = 12 and
 T = 100, sizes at which PyTorch's CPU kernels spend most of their time outside the arithmetic
 (``benchmarks/bench_net_train.py`` prints both: forward + backward at batch 128, 1 thread,
-14.7 ms native vs 32.4 ms PyTorch in one run on the development machine).
+14.3–15.0 ms native vs 31.8–32.5 ms PyTorch in two runs on the development machine).
 
 :func:`bin_decode` runs the bin decoder of a window in one call (logits, softmax, v̂, σ̂²;
 eq:softmax, eq:decode, eq:bin_variance) where PyTorch takes about ten ops of fixed cost each;
@@ -163,8 +163,16 @@ def _threads(work: int) -> int:
     return max(1, min(torch.get_num_threads(), work // MIN_WORK_PER_THREAD))
 
 
-def _suffix(dtype: torch.dtype) -> str:
-    return "f32" if dtype == torch.float32 else "f64"
+def _run_attention(direction: str, qkv: torch.Tensor, heads: int, *buffers: torch.Tensor) -> None:
+    """Call ``vb_attn_{direction}_{f32|f64}`` on qkv (B, T, 3·H·E) and the direction's other buffers."""
+    lib = _lib
+    assert lib is not None
+    b, t, c = qkv.shape
+    e = c // (3 * heads)
+    fn = getattr(lib, f"vb_attn_{direction}_{'f32' if qkv.dtype == torch.float32 else 'f64'}")
+    ptrs = [qkv.data_ptr(), *(buf.data_ptr() for buf in buffers)]
+    if fn(*ptrs, b, t, heads, e, e**-0.5, _threads(b * heads)) != 0:
+        raise RuntimeError(f"native attention: head dimension {e} not supported")
 
 
 class _NativeAttention(torch.autograd.Function):
@@ -172,15 +180,10 @@ class _NativeAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, qkv: torch.Tensor, heads: int) -> torch.Tensor:  # type: ignore[override]
-        lib = _lib
-        assert lib is not None
         b, t, c = qkv.shape
-        e = c // (3 * heads)
-        out = qkv.new_empty(b, t, heads * e)
+        out = qkv.new_empty(b, t, c // 3)
         lse = qkv.new_empty(b, heads, t)
-        fn = getattr(lib, f"vb_attn_fwd_{_suffix(qkv.dtype)}")
-        if fn(qkv.data_ptr(), out.data_ptr(), lse.data_ptr(), b, t, heads, e, e**-0.5, _threads(b * heads)) != 0:
-            raise RuntimeError(f"native attention: head dimension {e} not supported")
+        _run_attention("fwd", qkv, heads, out, lse)
         ctx.save_for_backward(qkv, out, lse)
         ctx.heads = heads
         return out
@@ -188,18 +191,9 @@ class _NativeAttention(torch.autograd.Function):
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:  # type: ignore[override]
-        lib = _lib
-        assert lib is not None
         qkv, out, lse = ctx.saved_tensors
-        heads = ctx.heads
-        b, t, c = qkv.shape
-        e = c // (3 * heads)
-        grad = grad.contiguous()
         dqkv = torch.empty_like(qkv)
-        fn = getattr(lib, f"vb_attn_bwd_{_suffix(qkv.dtype)}")
-        args = (qkv.data_ptr(), out.data_ptr(), grad.data_ptr(), lse.data_ptr(), dqkv.data_ptr())
-        if fn(*args, b, t, heads, e, e**-0.5, _threads(b * heads)) != 0:
-            raise RuntimeError(f"native attention: head dimension {e} not supported")
+        _run_attention("bwd", qkv, ctx.heads, out, grad.contiguous(), lse, dqkv)
         return dqkv, None
 
 

@@ -1,10 +1,10 @@
 """Linear layers of the all-token transformer layer on oneDNN's matmul, with MKL as the fallback.
 
-PyTorch's CPU ``F.linear`` goes to MKL's sgemm. For the encoder's shapes (12 800 tokens × 48 → 224
-at batch 128) MKL ran at 45–80 GFLOP/s on the development machine (an AMD EPYC, where MKL takes a
-generic code path), oneDNN's matmul — the one PyTorch's inductor backend calls on the CPU,
-``torch.ops.mkldnn._linear_pointwise`` — at 130–180 GFLOP/s, with the same float32 results to
-rounding (measured: ``python benchmarks/bench_net_train.py`` prints both). That op has no autograd, so
+PyTorch's CPU ``F.linear`` goes to MKL's sgemm, which on the development machine (an AMD EPYC,
+where MKL takes a generic code path) ran the encoder's all-token products well below oneDNN's
+matmul — the one PyTorch's inductor backend calls on the CPU, ``torch.ops.mkldnn._linear_pointwise``
+— with the same float32 results to rounding. ``python benchmarks/bench_net_train.py`` prints both
+(the FFN-linear row: forward + backward at batch 128, in ms and GFLOP/s). That op has no autograd, so
 :class:`_OneDnnLinear` supplies the backward: the input gradient is another oneDNN matmul, the
 weight gradient (inner dimension = tokens, where MKL is fast) stays ``torch.mm``.
 
