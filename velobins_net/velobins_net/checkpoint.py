@@ -8,7 +8,7 @@ it was trained on, the git commit, the optimizer and RNG states (for resuming), 
 
 from __future__ import annotations
 
-import os
+import pickle
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -17,6 +17,7 @@ import torch
 
 from .config import CHECKPOINT_FORMAT_VERSION, ModelConfig
 from .model import VeloBinsNet
+from .outputs import atomic_path
 
 REQUIRED_KEYS = ("format_version", "model_config", "variant", "bins", "normalization", "model_state")
 
@@ -48,14 +49,29 @@ def git_commit() -> str | None:
 
 
 def save_checkpoint(path: str | Path, payload: dict[str, Any]) -> Path:
-    """Write ``payload`` atomically (temp file + rename) with the current format version."""
+    """Write ``payload`` atomically with the current format version.
+
+    The temporary file is unique to the process (two writers never share it) and is removed if
+    the save fails or is interrupted, so the previous checkpoint at ``path`` stays loadable.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     payload = {"format_version": CHECKPOINT_FORMAT_VERSION} | payload
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(payload, tmp)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        torch.save(payload, tmp)
     return path
+
+
+def _numpy_globals() -> list[Any]:
+    """What a checkpoint written with numpy arrays inside needs beyond torch's safe types.
+
+    Only array reconstruction is allowed (no functions, no arbitrary classes); everything the
+    arrays hold still goes through torch's restricted unpickler.
+    """
+    import numpy as np
+
+    multiarray = getattr(np, "_core", None) or np.core
+    return [multiarray.multiarray._reconstruct, np.ndarray, np.dtype, type(np.dtype(np.float64))]
 
 
 def read_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
@@ -64,9 +80,15 @@ def read_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     if not path.is_file():
         raise CheckpointError(path, "no such checkpoint file")
     try:
-        ckpt = torch.load(path, map_location=map_location, weights_only=False)
+        # weights_only: a checkpoint is data; loading one must never run code from the file.
+        with torch.serialization.safe_globals(_numpy_globals()):
+            ckpt = torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as exc:
+        first = str(exc).strip().splitlines()
+        detail = next((ln for ln in first if "Unsupported global" in ln or "GLOBAL" in ln), first[0] if first else "")
+        raise CheckpointError(path, f"refused: the file holds objects a checkpoint never contains ({detail.strip()})") from None
     except Exception as exc:  # torch raises many types for corrupt files
-        raise CheckpointError(path, f"not a readable checkpoint ({exc.__class__.__name__}: {exc})") from exc
+        raise CheckpointError(path, f"not a readable checkpoint ({exc.__class__.__name__}: {exc})") from None
     if not isinstance(ckpt, dict):
         raise CheckpointError(path, f"expected a dict, got {type(ckpt).__name__}")
     version = ckpt.get("format_version")

@@ -290,7 +290,11 @@ def train(
         "model_config": mcfg.to_dict(),
         "variant": variant.name,
         "bins": {"num_bins": grid.num_bins, "velocity_range": grid.velocity_range, "centres": grid.centres()},
-        "normalization": {"mean": norm.mean, "std": norm.std, "rotor_kind": mcfg.rotor_kind},
+        "normalization": {
+            "mean": torch.from_numpy(norm.mean),
+            "std": torch.from_numpy(norm.std),
+            "rotor_kind": mcfg.rotor_kind,
+        },
         "train_config": dataclasses.asdict(cfg) | {"model": cfg.model.to_dict()},
         "data": {
             "description": cfg.data_description,
