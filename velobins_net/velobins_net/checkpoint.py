@@ -86,7 +86,8 @@ def read_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     except pickle.UnpicklingError as exc:
         first = str(exc).strip().splitlines()
         detail = next((ln for ln in first if "Unsupported global" in ln or "GLOBAL" in ln), first[0] if first else "")
-        raise CheckpointError(path, f"refused: the file holds objects a checkpoint never contains ({detail.strip()})") from None
+        message = f"refused: the file holds objects a checkpoint never contains ({detail.strip()})"
+        raise CheckpointError(path, message) from None
     except Exception as exc:  # torch raises many types for corrupt files
         raise CheckpointError(path, f"not a readable checkpoint ({exc.__class__.__name__}: {exc})") from None
     if not isinstance(ckpt, dict):

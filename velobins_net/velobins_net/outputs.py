@@ -135,7 +135,7 @@ class RunLock:
 
         self.directory = Path(directory)
         self.path = self.directory / LOCK_NAME
-        self._fh = open(self.path, "a+")  # noqa: SIM115 - held for the run's life
+        self._fh = open(self.path, "a+")  # held for the run's life
         try:
             fcntl.flock(self._fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -186,9 +186,7 @@ class RunLayout:
         return sorted(e.name for e in directory.iterdir() if any(fnmatch.fnmatch(e.name, p) for p in self.patterns))
 
 
-def open_run_dir(
-    directory: str | Path, layout: RunLayout, mode: str = "new", reserve_bytes: int = 1 << 20
-) -> RunLock:
+def open_run_dir(directory: str | Path, layout: RunLayout, mode: str = "new", reserve_bytes: int = 1 << 20) -> RunLock:
     """Create/lock ``directory`` for a run of ``layout.command`` and return the held lock.
 
     ``mode``: ``"new"`` refuses a directory that holds a run (the message names its files);
