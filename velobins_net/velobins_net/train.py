@@ -11,6 +11,7 @@ nats per axis; the best checkpoint by the chosen metric is kept beside the last 
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 import random
@@ -32,6 +33,8 @@ from .cpu_memory import reuse_freed_memory
 from .data import SequenceLike, WindowDataset, describe_sources, fit_normalization
 from .losses import variant_loss
 from .model import VeloBinsNet
+from .outputs import atomic_write_text
+from .progress import progress_bar
 from .variants import Variant, parse_variant
 
 METRICS = ("nll", "ave")
@@ -136,7 +139,7 @@ def _pick_device(name: str, local_rank: int) -> torch.device:
         name = "cuda" if torch.cuda.is_available() else "cpu"
     if name == "cuda":
         if not torch.cuda.is_available():
-            raise RuntimeError("TrainConfig.device='cuda' but CUDA is not available")
+            raise ValueError("TrainConfig.device='cuda' but CUDA is not available")
         return torch.device("cuda", local_rank)
     return torch.device(name)
 
@@ -235,10 +238,26 @@ def train_epoch(
     return total / max(len(batches), 1)
 
 
+def history_json(history: Seq[EpochRecord]) -> str:
+    """``history.json`` text: one record per epoch, non-finite figures as ``null`` (strict JSON)."""
+
+    def finite(x: object) -> object:
+        return x if not isinstance(x, float) or math.isfinite(x) else None
+
+    rows = [{k: finite(v) for k, v in dataclasses.asdict(h).items()} for h in history]
+    return json.dumps(rows, indent=1, allow_nan=False) + "\n"
+
+
 def train(
     cfg: TrainConfig, train_seqs: Seq[SequenceLike], val_seqs: Seq[SequenceLike], out_dir: str | Path
 ) -> TrainResult:
-    """Train a variant on ``train_seqs``, validate on ``val_seqs``, write ``best.pt`` / ``last.pt`` to ``out_dir``."""
+    """Train a variant on ``train_seqs``, validate on ``val_seqs``, write ``best.pt`` / ``last.pt`` to ``out_dir``.
+
+    ``history.json`` is rewritten (atomically) after every epoch. ``best.pt`` is written only for
+    an epoch whose validation metric is finite; when none is, ``TrainResult.best_epoch`` is -1
+    and there is no ``best.pt``. A non-finite training loss (divergence) ends training after that
+    epoch. The caller owns the output directory (``velobins train`` locks it).
+    """
     import time
 
     variant = parse_variant(cfg.variant)
@@ -307,19 +326,22 @@ def train(
     best_path, last_path = out_dir / "best.pt", out_dir / "last.pt"
     for epoch in range(start_epoch, cfg.epochs):
         batches = epoch_batches(len(train_ds), cfg.batch_size, cfg.seed, epoch, dd.rank, dd.world)
-        bar = None
-        if cfg.progress and dd.is_main:
-            bar = tqdm(total=sum(len(b) for b in batches), desc=f"epoch {epoch + 1}/{cfg.epochs}", leave=False)
+        bar = progress_bar(
+            total=sum(len(b) for b in batches),
+            desc=f"epoch {epoch + 1}/{cfg.epochs}",
+            leave=False,
+            enabled=cfg.progress and dd.is_main,
+        )
         t0 = time.perf_counter()
         use_nll = variant.is_regression and epoch >= cfg.nll_start_epoch
         loss = train_epoch(model, core, train_ds, batches, optimizer, variant, grid, use_nll, device, bar)
         rate = sum(len(b) for b in batches) * dd.world / (time.perf_counter() - t0)
-        if bar is not None:
-            bar.close()
+        bar.close()
         ave, nll = evaluate(core, val_ds, device)
         history.append(EpochRecord(epoch, loss, ave, nll, rate))
         value = nll if cfg.best_metric == "nll" else ave
-        improved = value < best_value
+        # A non-finite validation metric is never "best": best.pt holds a model that scored.
+        improved = math.isfinite(value) and value < best_value
         if improved:
             best_value, best_epoch = value, epoch
         if dd.is_main:
@@ -334,9 +356,14 @@ def train(
             save_checkpoint(last_path, payload)
             if improved:
                 save_checkpoint(best_path, payload)
+            atomic_write_text(out_dir / "history.json", history_json(history))
             if cfg.progress:
                 msg = f"epoch {epoch + 1}: loss {loss:.4f}  val AVE {ave:.4f} m/s  NLL {nll:.3f}  ({rate:.0f} win/s)"
-                tqdm.write(msg)
+                if not math.isfinite(value):
+                    msg += f"  [val {cfg.best_metric} not finite: not a candidate for best.pt]"
+                print(msg, flush=True)  # one line per epoch, in a log as on a terminal
         if dd.world > 1:
             dist.barrier()
+        if not math.isfinite(loss):
+            break  # diverged: every later epoch would train on NaN weights
     return TrainResult(best_path, last_path, best_epoch, best_value, mcfg, history)
