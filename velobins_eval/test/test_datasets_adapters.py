@@ -194,7 +194,7 @@ def test_aiio_mcap_wrong_rotor_count_and_missing_topic(tmp_path: Path) -> None:
     bag = fx.write_aiio_mcap(tmp_path / "bag3", fx.hover(n=50), n_esc=3)
     with pytest.raises(DatasetError, match="wrong rotor count"):
         load_sequence("aiio", bag)
-    with pytest.raises(DatasetError, match="not a readable ROS 2 bag"):
+    with pytest.raises(DatasetError, match="is a directory but not a ROS 2 bag"):
         (tmp_path / "empty").mkdir()
         load_sequence("aiio", tmp_path / "empty")
 

@@ -27,15 +27,16 @@ records the choice.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 from scipy.spatial.transform import Rotation, Slerp
 
-from velobins_eval.datasets.errors import DatasetError
+from velobins_eval.datasets.errors import DatasetError, describe
 from velobins_eval.datasets.frames import velocity_frame
-from velobins_eval.datasets.tabular import check_finite, monotonic_rows
+from velobins_eval.datasets.tabular import check_finite, monotonic_rows, require_file
 from velobins_eval.metrics import interp_columns
 from velobins_eval.sequence import STANDARD_GRAVITY, Sequence
 
@@ -76,29 +77,61 @@ def _world_velocity(
 
 
 def _normalised(source: str, column: str, q: np.ndarray) -> np.ndarray:
-    norm = np.linalg.norm(q, axis=1, keepdims=True)
-    if (norm < 0.5).any():
-        raise DatasetError(source, column, "degenerate quaternion (norm < 0.5)", int(np.argmax(norm[:, 0] < 0.5)))
+    """``q`` scaled to unit norm; a norm outside [0.5, 2] (or one that overflows) is garbage, not noise."""
+    with np.errstate(over="ignore"):
+        norm = np.linalg.norm(q, axis=1, keepdims=True)
+    bad = ~((norm >= 0.5) & (norm <= 2.0))[:, 0]
+    if bad.any():
+        row = int(np.argmax(bad))
+        raise DatasetError(source, column, f"degenerate quaternion (norm {norm[row, 0]:.3g}, expected about 1)", row)
     return q / norm
+
+
+def _read_hdf5(source: str, keys: tuple[str, ...]) -> dict[str, np.ndarray]:
+    """Datasets ``keys`` of an HDF5 file as float64 arrays; :class:`DatasetError` if unreadable.
+
+    h5py reports damaged files as ``OSError``/``RuntimeError``/``KeyError`` (at open or only when
+    a damaged object is read); every one becomes "truncated or corrupt HDF5" naming the file.
+    """
+    import h5py
+
+    corrupt = (OSError, RuntimeError, KeyError)
+    try:
+        fh = h5py.File(source, "r")
+    except corrupt as exc:
+        what = f"cannot read: not an HDF5 file, or truncated/corrupt ({describe(exc)})"
+        raise DatasetError(source, "<file>", what) from None
+    arrays: dict[str, np.ndarray] = {}
+    try:
+        with fh:
+            missing = [k for k in keys if k not in fh]
+            if missing:
+                raise DatasetError(source, missing[0], f"missing HDF5 datasets {missing}")
+            for key in keys:
+                node = fh[key]
+                if not isinstance(node, h5py.Dataset):
+                    raise DatasetError(source, key, f"is an HDF5 {type(node).__name__}, expected a dataset")
+                try:
+                    arrays[key] = np.asarray(node, dtype=np.float64)
+                except (ValueError, TypeError) as exc:
+                    raise DatasetError(source, key, f"not numeric ({describe(exc)})") from None
+    except corrupt as exc:
+        raise DatasetError(source, "<file>", f"cannot read: truncated or corrupt HDF5 ({describe(exc)})") from None
+    return arrays
 
 
 def load_aiio_hdf5(
     path: str | Path, *, imu: Literal["calib", "raw"] = "calib", velocity: VelocityFrame = "auto"
 ) -> Sequence:
-    """Load an AI-IO processed ``data.hdf5`` (module docstring)."""
-    import h5py
+    """Load an AI-IO processed ``data.hdf5`` (module docstring).
 
+    Raises:
+        DatasetError: a directory or missing file, a truncated or corrupt HDF5 file, a missing
+            or non-numeric dataset, wrong shapes, NaN, unsorted stamps (naming file and key).
+    """
     source = str(path)
-    try:
-        fh = h5py.File(path, "r")
-    except OSError as exc:
-        raise DatasetError(source, "<file>", f"not a readable HDF5 file: {exc}") from None
-    with fh:
-        keys = (*HDF5_KEYS, f"accel_{imu}", f"gyro_{imu}")
-        missing = [k for k in keys if k not in fh]
-        if missing:
-            raise DatasetError(source, missing[0], f"missing HDF5 datasets {missing}")
-        arrays = {k: np.asarray(fh[k], dtype=np.float64) for k in keys}
+    require_file(path)
+    arrays = _read_hdf5(source, (*HDF5_KEYS, f"accel_{imu}", f"gyro_{imu}"))
     t_all = arrays["ts"].reshape(-1)
     n = t_all.shape[0]
     if n == 0:
@@ -153,24 +186,58 @@ def _stamp(header: Any) -> float:
     return float(header.stamp.sec) + 1e-9 * float(header.stamp.nanosec)
 
 
-def _read_topics(source: str, bag_dir: Path) -> dict[str, list[np.ndarray]]:
+def _messages(source: str, reader: Any, conns: list[Any], store: Any) -> Iterator[tuple[str, Any]]:
+    """(topic, message) pairs of a bag; a damaged file becomes :class:`DatasetError` naming it.
+
+    A truncated or overwritten mcap fails inside rosbags' chunk reader or CDR deserialiser with
+    whatever the damaged bytes trigger (``ReaderError``, ``struct.error``, ``OverflowError``,
+    ``IndexError``, ...), so every exception raised *there* is reported as a corrupt bag.
+    """
+    messages = reader.messages(connections=conns)
+    while True:
+        try:
+            item = next(messages, None)
+            if item is None:
+                return
+            conn, _ts, raw = item
+            msg = store.deserialize_cdr(raw, conn.msgtype)
+        except Exception as exc:  # a third-party parser on untrusted bytes
+            raise DatasetError(source, "<file>", f"cannot read: truncated or corrupt bag ({describe(exc)})") from None
+        yield conn.topic, msg
+
+
+def _open_bag(source: str, bag_dir: Path) -> Any:
+    """An opened rosbags Reader on ``bag_dir``; :class:`DatasetError` when it is not a bag."""
     from rosbags.rosbag2 import Reader
 
-    store = esc_typestore()
-    out: dict[str, list[np.ndarray]] = {IMU_TOPIC: [], ODOM_TOPIC: [], ESC_TOPIC: []}
+    if not bag_dir.exists():
+        raise DatasetError(source, "<file>", "no such file or directory")
+    if bag_dir.is_dir() and not (bag_dir / "metadata.yaml").is_file():
+        raise DatasetError(
+            source,
+            "<file>",
+            "is a directory but not a ROS 2 bag (no metadata.yaml); pass one bag directory, "
+            "its .mcap file or a data.hdf5 (or use `velobins check` / `--data` for folders)",
+        )
     try:
         reader = Reader(bag_dir)
         reader.open()
     except Exception as exc:  # rosbags raises several types for unreadable bags
-        raise DatasetError(source, "<file>", f"not a readable ROS 2 bag: {exc}") from None
+        raise DatasetError(source, "<file>", f"not a readable ROS 2 bag ({describe(exc)})") from None
+    return reader
+
+
+def _read_topics(source: str, bag_dir: Path) -> dict[str, list[np.ndarray]]:
+    store = esc_typestore()
+    out: dict[str, list[np.ndarray]] = {IMU_TOPIC: [], ODOM_TOPIC: [], ESC_TOPIC: []}
+    reader = _open_bag(source, bag_dir)
     try:
         conns = [c for c in reader.connections if c.topic in out]
-        for conn, _ts, raw in reader.messages(connections=conns):
-            msg = store.deserialize_cdr(raw, conn.msgtype)
-            if conn.topic == IMU_TOPIC:
+        for topic, msg in _messages(source, reader, conns, store):
+            if topic == IMU_TOPIC:
                 a, w = msg.linear_acceleration, msg.angular_velocity
                 out[IMU_TOPIC].append(np.array([_stamp(msg.header), a.x, a.y, a.z, w.x, w.y, w.z]))
-            elif conn.topic == ODOM_TOPIC:
+            elif topic == ODOM_TOPIC:
                 pp, oo, vv = msg.pose.pose.position, msg.pose.pose.orientation, msg.twist.twist.linear
                 row = [_stamp(msg.header), pp.x, pp.y, pp.z, oo.x, oo.y, oo.z, oo.w, vv.x, vv.y, vv.z]
                 out[ODOM_TOPIC].append(np.array(row))

@@ -138,6 +138,8 @@ def read_csv(path: str | Path) -> Sequence:
             metadata["gravity"] = float(metadata["gravity"])
         except ValueError:
             raise DatasetError(source, "# gravity", f"not a number: {metadata['gravity']!r}") from None
+        if not (np.isfinite(metadata["gravity"]) and 0.0 < metadata["gravity"] < 100.0):
+            raise DatasetError(source, "# gravity", f"must be in (0, 100) m/s^2, got {metadata['gravity']!r}")
     metadata.setdefault("platform", "unknown")
     name = Path(path).name
     for suffix in (".csv.gz", ".csv"):

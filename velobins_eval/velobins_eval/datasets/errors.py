@@ -34,3 +34,18 @@ class UnusableFlightError(DatasetError):
     :func:`velobins_eval.datasets.load_directory` skips such files with a warning instead of
     failing the whole directory; every other :class:`DatasetError` is raised.
     """
+
+
+def describe(exc: BaseException, limit: int = 200) -> str:
+    """``"Type: message"`` of a third-party exception on one line (YAML and HDF5 errors span several).
+
+    Whitespace runs (newlines included) become one space and the text is cut at ``limit``
+    characters, so an error that quotes it stays one readable line.
+    """
+    text = " ".join(str(exc).split())
+    if len(text) > limit:
+        text = text[: limit - 3] + "..."
+    name = type(exc).__name__
+    if name == "error":  # zlib.error, struct.error: the bare name says nothing
+        name = f"{type(exc).__module__}.{name}"
+    return f"{name}: {text}" if text else name

@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from velobins_eval.datasets.errors import DatasetError, UnusableFlightError
+from velobins_eval.datasets.errors import DatasetError, UnusableFlightError, describe
 from velobins_eval.datasets.tabular import monotonic_rows, read_table, require_columns
 from velobins_eval.sequence import STANDARD_GRAVITY, Sequence
 
@@ -107,15 +107,50 @@ def metadata_path(csv_path: str | Path) -> Path:
 
 
 def read_metadata(csv_path: str | Path) -> dict[str, Any]:
-    """The flight's metadata YAML as a dict (empty when the file is absent)."""
+    """The flight's metadata YAML as a dict (empty when the file is absent).
+
+    Loaded with ``yaml.safe_load`` (no Python tags). Invalid YAML, bytes that are not UTF-8, a
+    document that is not a mapping and a used key of the wrong type (:func:`metadata_gravity`)
+    raise :class:`DatasetError` naming the YAML file and the key.
+    """
     path = metadata_path(csv_path)
     if not path.is_file():
         return {}
-    with open(path, encoding="utf-8") as fh:
-        data = yaml.safe_load(fh) or {}
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = yaml.safe_load(fh)
+    except yaml.YAMLError as exc:
+        raise DatasetError(path, "<file>", f"invalid YAML ({describe(exc)})") from None
+    except UnicodeDecodeError as exc:
+        raise DatasetError(path, "<file>", f"not UTF-8 text ({describe(exc)})") from None
+    except PermissionError:
+        raise DatasetError(path, "<file>", "cannot read: permission denied") from None
+    if data is None:
+        return {}
     if not isinstance(data, dict):
-        raise DatasetError(path, "<file>", "metadata YAML is not a mapping")
+        raise DatasetError(path, "<file>", f"metadata YAML is not a mapping (got a {type(data).__name__})")
+    kind = data.get("trajectory_type")
+    if kind is not None and not isinstance(kind, str | int | float):
+        raise DatasetError(path, "trajectory_type", f"must be a string, got {type(kind).__name__} {kind!r}")
     return data
+
+
+def metadata_gravity(csv_path: str | Path, meta: dict[str, Any]) -> float | None:
+    """The metadata's ``gravity`` [m/s^2] checked (a number in (0, 100)); None when absent.
+
+    Raises:
+        DatasetError: names the YAML file and the key ``gravity``.
+    """
+    if "gravity" not in meta or meta["gravity"] is None:
+        return None
+    value = meta["gravity"]
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise DatasetError(
+            metadata_path(csv_path), "gravity", f"must be a number [m/s^2], got {type(value).__name__} {value!r}"
+        )
+    if not (np.isfinite(value) and 0.0 < value < 100.0):
+        raise DatasetError(metadata_path(csv_path), "gravity", f"must be a number in (0, 100) m/s^2, got {value!r}")
+    return float(value)
 
 
 def extrapolated_tail_start(t: np.ndarray, x: np.ndarray, min_rows: int = EXTRAPOLATION_MIN_ROWS) -> int:
@@ -149,14 +184,17 @@ def load_nanobench(path: str | Path, *, gravity: float | None = None, min_flight
         min_flight_s: shortest flight kept after trimming [s].
 
     Raises:
-        DatasetError: missing column, NaN in a used column, unsorted stamps, PWM out of range.
+        DatasetError: missing column, NaN in a used column, unsorted stamps, PWM out of range;
+            an unreadable CSV (truncated gzip, a directory, ...) or metadata YAML (invalid,
+            not a mapping, ``gravity`` not a number), naming the file and key.
         UnusableFlightError: no (long enough) motors-on segment.
     """
     source = str(path)
     table = read_table(path)
     require_columns(source, table.columns, REQUIRED_COLUMNS)
     meta = read_metadata(path)
-    g = float(gravity if gravity is not None else meta.get("gravity", STANDARD_GRAVITY))
+    meta_g = metadata_gravity(path, meta)
+    g = float(gravity if gravity is not None else meta_g if meta_g is not None else STANDARD_GRAVITY)
 
     t_all = table.get([TIME_COLUMN])[:, 0]
     keep = monotonic_rows(source, t_all)

@@ -6,6 +6,10 @@ One job: get a named float table out of a file and apply the row policies every 
   column (and optionally the expected header) instead of failing on the first one.
 * **Non-finite values** -- a NaN/inf in a column an adapter *uses* raises, naming the column and
   the first bad row (:func:`check_finite`); unused columns may hold anything.
+* **Unreadable files** -- a missing file, a directory, a truncated or corrupt ``.gz`` and bytes
+  that are not UTF-8 text raise :class:`DatasetError` naming the file (:func:`require_file`,
+  :func:`read_table`), never a bare ``EOFError``/``zlib.error``, so a folder of 60 flights says
+  which one is damaged.
 * **Timestamps** (:func:`monotonic_rows`) -- rows whose stamp is not strictly greater than every
   earlier stamp (exact duplicates and backward jumps) are dropped and counted. If more than
   :data:`MAX_DROPPED_STAMP_FRACTION` of the rows would be dropped the file is treated as
@@ -16,13 +20,14 @@ from __future__ import annotations
 
 import gzip
 import io
+import zlib
 from collections.abc import Sequence as SequenceABC
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from velobins_eval.datasets.errors import DatasetError
+from velobins_eval.datasets.errors import DatasetError, describe
 
 MAX_DROPPED_STAMP_FRACTION = 0.01
 """Largest share of rows that may be dropped for duplicate/non-increasing stamps (1 %)."""
@@ -62,6 +67,44 @@ class Table:
         return int(self.data.shape[0])
 
 
+FOLDER_HINT = "is a directory; pass one flight file (or use `velobins check` / `--data` for folders)"
+"""Message for a directory given where one flight file is expected."""
+
+CORRUPT_FILE_ERRORS: tuple[type[BaseException], ...] = (
+    EOFError,
+    gzip.BadGzipFile,
+    zlib.error,
+    UnicodeDecodeError,
+)
+"""What decompressing/decoding a damaged text file raises (a truncated ``.gz`` gives EOFError)."""
+
+
+def require_file(path: str | Path) -> None:
+    """Raise :class:`DatasetError` unless ``path`` is an existing regular file (or a link to one).
+
+    A directory gets :data:`FOLDER_HINT`; a missing path "no such file".
+    """
+    p = Path(path)
+    if p.is_dir():
+        raise DatasetError(p, "<file>", FOLDER_HINT)
+    if not p.exists():
+        raise DatasetError(p, "<file>", "no such file")
+    if not p.is_file():
+        raise DatasetError(p, "<file>", "not a regular file")
+
+
+def unreadable(path: str | Path, exc: BaseException) -> DatasetError:
+    """The :class:`DatasetError` for a file whose bytes cannot be read, naming the cause."""
+    if isinstance(exc, PermissionError):
+        return DatasetError(path, "<file>", "cannot read: permission denied")
+    gz = Path(path).suffix == ".gz"
+    if isinstance(exc, UnicodeDecodeError):
+        what = "the gzip does not hold UTF-8 text" if gz else "not UTF-8 text (a binary or compressed file?)"
+    else:
+        what = "truncated or corrupt gzip" if gz else "corrupt file"
+    return DatasetError(path, "<file>", f"cannot read: {what} ({describe(exc)})")
+
+
 def open_text(path: str | Path) -> io.TextIOBase:
     """Open a text file, transparently gunzipping ``*.gz``."""
     path = Path(path)
@@ -70,16 +113,8 @@ def open_text(path: str | Path) -> io.TextIOBase:
     return open(path, encoding="utf-8")  # the caller closes it (with-statement)
 
 
-def read_table(path: str | Path, delimiter: str = ",", string_columns: SequenceABC[str] = ()) -> Table:
-    """Read a headed, delimited numeric file into a :class:`Table`.
-
-    Leading lines starting with ``#`` are comments; ``# key: value`` pairs are kept. Columns
-    listed in ``string_columns`` (e.g. an image file name) are read as NaN and must not be used.
-
-    Raises:
-        DatasetError: empty file, no header, ragged rows or a non-numeric cell.
-    """
-    source = str(path)
+def _read_text(path: str | Path) -> tuple[dict[str, str], str, str]:
+    """(``# key: value`` comments, header line, body text) of a delimited text file."""
     comments: dict[str, str] = {}
     with open_text(path) as fh:
         header_line = ""
@@ -94,10 +129,29 @@ def read_table(path: str | Path, delimiter: str = ",", string_columns: SequenceA
                 continue
             header_line = stripped
             break
-        if not header_line:
-            raise DatasetError(source, "<file>", "empty file: no header line")
-        columns = [c.strip() for c in header_line.split(delimiter)]
-        body = fh.read()
+        body = fh.read() if header_line else ""
+    return comments, header_line, body
+
+
+def read_table(path: str | Path, delimiter: str = ",", string_columns: SequenceABC[str] = ()) -> Table:
+    """Read a headed, delimited numeric file into a :class:`Table`.
+
+    Leading lines starting with ``#`` are comments; ``# key: value`` pairs are kept. Columns
+    listed in ``string_columns`` (e.g. an image file name) are read as NaN and must not be used.
+
+    Raises:
+        DatasetError: missing file, a directory, a truncated/corrupt ``.gz`` or non-UTF-8 bytes,
+            empty file, no header, ragged rows or a non-numeric cell.
+    """
+    source = str(path)
+    require_file(path)
+    try:
+        comments, header_line, body = _read_text(path)
+    except (*CORRUPT_FILE_ERRORS, PermissionError) as exc:
+        raise unreadable(source, exc) from None
+    if not header_line:
+        raise DatasetError(source, "<file>", "empty file: no header line")
+    columns = [c.strip() for c in header_line.split(delimiter)]
     if not body.strip():
         raise DatasetError(source, "<file>", "no data rows after the header")
     skip = {i for i, c in enumerate(columns) if c in set(string_columns)}
