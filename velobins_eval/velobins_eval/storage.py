@@ -9,14 +9,18 @@ decompression otherwise; flights are small (a 40 s NanoBench flight is ~0.7 MB).
 :func:`load_cached` parses a dataset file once and reuses the cache file while the source's
 mtime and size are unchanged (and the format version and adapter arguments match). A loaded
 sequence is re-validated, and its ``metadata["source"]`` still names the original dataset file,
-so validation errors point at the file a user can open.
+so validation errors point at the file a user can open. A cache file that cannot be read (torn,
+truncated, corrupt, another format) is never an error: it is ignored and rebuilt from the source;
+one that cannot be written only costs a warning.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
+import warnings
+import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,12 +28,16 @@ from typing import Any
 import numpy as np
 
 from velobins_eval.sequence import Sequence, SequenceError
+from velobins_net.outputs import atomic_path
 
 FORMAT_VERSION = 1
 """Bumped whenever the npz layout or an adapter's conversion changes (invalidates caches)."""
 
 ARRAY_FIELDS = ("t", "acc", "gyro", "rotor", "p", "q", "v")
 CACHE_SUFFIX = ".npz"
+
+_UNREADABLE_NPZ = (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, zlib.error)
+"""What ``np.load`` of a damaged npz raises: short or torn zip, bad CRC, pickled or garbled member."""
 
 
 @dataclass(frozen=True)
@@ -41,7 +49,7 @@ class SourceStamp:
 
 
 def save_sequence(seq: Sequence, path: str | Path, extra: dict[str, Any] | None = None) -> None:
-    """Write ``seq`` as an uncompressed npz at ``path`` (atomically: temp file + rename)."""
+    """Write ``seq`` as an uncompressed npz at ``path`` (atomically: unique temp file + rename)."""
     path = Path(path)
     payload: dict[str, Any] = {name: getattr(seq, name) for name in ARRAY_FIELDS}
     payload["name"] = np.array(seq.name)
@@ -50,17 +58,16 @@ def save_sequence(seq: Sequence, path: str | Path, extra: dict[str, Any] | None 
     payload["format_version"] = np.array(FORMAT_VERSION)
     for key, value in (extra or {}).items():
         payload[f"extra_{key}"] = np.array(json.dumps(value))
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as fh:
+    with atomic_path(path) as tmp, open(tmp, "wb") as fh:
         np.savez(fh, **payload)
-    os.replace(tmp, path)
 
 
 def load_sequence_file(path: str | Path) -> Sequence:
     """Read a file written by :func:`save_sequence` (validated on construction).
 
     Raises:
-        SequenceError: unreadable file, other format version, or a missing array.
+        SequenceError: unreadable (truncated, corrupt, pickled) file, other format version, or a
+            missing array; the message names the file.
     """
     try:
         with np.load(path, allow_pickle=False) as npz:
@@ -72,8 +79,11 @@ def load_sequence_file(path: str | Path) -> Sequence:
                 raise SequenceError(str(path), missing[0], f"missing arrays {missing}")
             arrays = {k: npz[k] for k in ARRAY_FIELDS}
             name, kind, meta = str(npz["name"]), str(npz["rotor_kind"]), json.loads(str(npz["metadata"]))
-    except (OSError, ValueError, KeyError) as exc:
-        raise SequenceError(str(path), "<file>", f"not a readable sequence npz: {exc}") from None
+    except SequenceError:
+        raise
+    except _UNREADABLE_NPZ as exc:
+        reason = " ".join(f"{type(exc).__name__}: {exc}".split())
+        raise SequenceError(str(path), "<file>", f"not a readable sequence npz ({reason})") from None
     return Sequence(name=name, rotor_kind=kind, metadata=meta, **arrays)
 
 
@@ -101,7 +111,7 @@ def _cache_is_fresh(cache_file: Path, kind: str, stamp: SourceStamp) -> bool:
             if int(npz["format_version"]) != FORMAT_VERSION:
                 return False
             info = json.loads(str(npz["extra_cache"]))
-    except (OSError, ValueError, KeyError):
+    except _UNREADABLE_NPZ:
         return False
     return info == {"kind": kind, "mtime_ns": stamp.mtime_ns, "size": stamp.size}
 
@@ -111,16 +121,23 @@ def load_cached(kind: str, path: str | Path, cache_dir: str | Path, **options: A
 
     The source is parsed with :func:`velobins_eval.datasets.load_sequence` (``options`` go to
     the adapter and are part of the cache key) unless a cache file exists whose recorded kind,
-    source mtime and size and format version all match; then the npz is read instead.
+    source mtime and size and format version all match; then the npz is read instead. A cache
+    file that cannot be read is rebuilt; one that cannot be written gives a ``UserWarning``.
     """
     from velobins_eval.datasets import load_sequence
 
     cache_dir = Path(cache_dir)
-    cache_dir.mkdir(parents=True, exist_ok=True)
     stamp = source_stamp(path)
     cache_file = cache_path(kind, path, cache_dir, options)
     if cache_file.is_file() and _cache_is_fresh(cache_file, kind, stamp):
-        return load_sequence_file(cache_file)
+        try:
+            return load_sequence_file(cache_file)
+        except SequenceError:
+            pass  # torn or damaged cache file: rebuild it from the source below
     seq = load_sequence(kind, path, **options)
-    save_sequence(seq, cache_file, extra={"cache": {"kind": kind, "mtime_ns": stamp.mtime_ns, "size": stamp.size}})
+    try:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        save_sequence(seq, cache_file, extra={"cache": {"kind": kind, "mtime_ns": stamp.mtime_ns, "size": stamp.size}})
+    except OSError as exc:
+        warnings.warn(f"{cache_file}: cache not written ({exc.strerror or exc})", UserWarning, stacklevel=2)
     return seq
