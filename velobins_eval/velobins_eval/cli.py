@@ -86,12 +86,30 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
     try:
         return args.func(args)
-    except (FileNotFoundError, FileExistsError, ValueError) as exc:
-        print(f"velobins {args.command}: error: {exc}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
+        print(f"velobins {args.command}: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:
+        message = user_error_message(exc)
+        if message is None:
+            raise  # a bug: keep the traceback
+        print(f"velobins {args.command}: error: {message}", file=sys.stderr)
+        return 2
 
+
+def user_error_message(exc: BaseException) -> str | None:
+    """One line for an error a user can fix (bad input, path, option, disk), None for a bug.
+
+    Every validation error of the suite is a ``ValueError`` that already names the file, field
+    and row (``SequenceError``, ``DatasetError``, ``CheckpointError``, ``OutputError``, ...);
+    ``OSError`` covers missing files, permissions and full disks, named by their path.
+    """
+    if isinstance(exc, OSError):
+        where = f"{exc.filename}: " if exc.filename else ""
+        return f"{where}{exc.strerror or exc}".replace("\n", " ")
+    if isinstance(exc, ValueError):
+        return " ".join(str(exc).split())
+    return None
 
 if __name__ == "__main__":
     sys.exit(main())
