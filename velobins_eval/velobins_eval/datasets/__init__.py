@@ -6,16 +6,22 @@ world ENU z-up, body FLU, q body->world xyzw) and sets ``metadata`` keys ``datas
 ``platform``, ``source`` and ``gravity``. Malformed files raise :class:`DatasetError` (a
 :class:`~velobins_eval.sequence.SequenceError`) naming the file and column. See
 ``docs/data_formats.md`` for every column read.
+
+The adapter boundary is also where physics is checked: :func:`load_sequence` runs
+:func:`velobins_eval.validate.check_flight` on every flight, whatever its source, so a flight in
+the wrong units or frames raises :class:`~velobins_eval.validate.PlausibilityError` (a
+:class:`DatasetError`) before anything trains on or scores it. :func:`load_flights` loads a file
+or a folder, skipping and counting flights that are too short.
 """
 
 from __future__ import annotations
 
+import gzip
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-from tqdm import tqdm
 
 from velobins_eval.datasets.aiio import load_aiio
 from velobins_eval.datasets.csv_format import read_csv, write_csv
@@ -30,7 +36,7 @@ KINDS = ("nanobench", "aiio", "tiiratm", "neurobem", "csv")
 """Source kinds understood by :func:`load_sequence` / :func:`load_directory`."""
 
 PROGRESS_MIN_FILES = 5
-""":func:`load_directory` shows a progress bar above this many files."""
+""":func:`load_flights` shows a progress bar (on a terminal only) above this many files."""
 
 _LOADERS: dict[str, Callable[..., Sequence]] = {
     "nanobench": load_nanobench,
@@ -51,9 +57,14 @@ _PATTERNS: dict[str, tuple[str, ...]] = {
 __all__ = [
     "KINDS",
     "DatasetError",
+    "LoadResult",
+    "SkippedFlight",
     "UnusableFlightError",
     "find_files",
+    "flight_files",
+    "guess_kind",
     "load_directory",
+    "load_flights",
     "load_sequence",
     "read_csv",
     "trajectory_shape",
@@ -66,12 +77,56 @@ def _check_kind(kind: str) -> None:
         raise ValueError(f"unknown dataset kind {kind!r}; expected one of {KINDS}")
 
 
-def load_sequence(kind: str, path: str | Path, **kwargs: Any) -> Sequence:
-    """Load one flight of source ``kind`` (one of :data:`KINDS`); ``kwargs`` go to the adapter."""
+@dataclass(frozen=True)
+class SkippedFlight:
+    """A flight file :func:`load_flights` skipped (no usable flight: motors never on, too short).
+
+    Attributes:
+        path: the file.
+        reason: why, in words (the error message without the path).
+    """
+
+    path: Path
+    reason: str
+
+
+@dataclass
+class LoadResult:
+    """What :func:`load_flights` loaded: the usable flights (sorted by path) and the skipped files."""
+
+    sequences: list[Sequence] = field(default_factory=list)
+    skipped: list[SkippedFlight] = field(default_factory=list)
+
+
+def load_sequence(
+    kind: str, path: str | Path, *, allow: Iterable[str] = (), validate: bool = True, **kwargs: Any
+) -> Sequence:
+    """Load one flight of source ``kind`` (one of :data:`KINDS`) and check its physics.
+
+    Args:
+        kind: adapter name.
+        path: the flight file (or bag directory for ``aiio``).
+        allow: plausibility check names to override (:data:`velobins_eval.validate.CHECKS`).
+        validate: run :func:`~velobins_eval.validate.check_flight` (``velobins check`` turns it
+            off to report every finding instead of raising on the first).
+        kwargs: adapter options (e.g. ``gravity=``).
+
+    Raises:
+        DatasetError: the adapter cannot read the file.
+        PlausibilityError: the flight fails a check not in ``allow`` (a :class:`DatasetError`).
+        UnusableFlightError: no usable flight in the file (e.g. shorter than 2 s).
+        ValueError: unknown ``kind`` or check name in ``allow``.
+    """
+    from velobins_eval.validate import check_flight, parse_allow  # validate imports this package
+
     _check_kind(kind)
+    allowed = parse_allow(allow)
     if not Path(path).exists():
         raise DatasetError(path, "<file>", "no such file or directory")
-    return _LOADERS[kind](path, **kwargs)
+    seq = _LOADERS[kind](path, **kwargs)
+    if validate:
+        check_flight(seq, allowed)
+    return seq
 
 
 def find_files(kind: str, directory: str | Path) -> list[Path]:
@@ -84,18 +139,125 @@ def find_files(kind: str, directory: str | Path) -> list[Path]:
     return sorted(files)
 
 
-def load_directory(kind: str, directory: str | Path, **kwargs: Any) -> list[Sequence]:
-    """Load every flight of ``kind`` under ``directory``, sorted by path.
+_HEADER_SIGNATURES = (
+    ("nanobench", "imu_acc_x"),
+    ("tiiratm", "elapsed_time"),
+    ("neurobem", "ang vel x"),
+    ("csv", "acc_x"),
+)
 
-    Files holding no usable flight (:class:`UnusableFlightError`, e.g. motors never on) are
-    skipped with a :class:`UserWarning` that names them; any other error is raised. A tqdm
-    progress bar is shown for more than :data:`PROGRESS_MIN_FILES` files.
+
+def guess_kind(path: str | Path) -> str | None:
+    """The kind a flight file looks like, from its extension or CSV header; ``None`` if unsure.
+
+    Only reads the first lines, for hints in error messages (never to pick an adapter silently).
     """
-    files = find_files(kind, directory)
-    sequences: list[Sequence] = []
-    for path in tqdm(files, desc=f"loading {kind}", unit="file", disable=len(files) <= PROGRESS_MIN_FILES):
+    p = Path(path)
+    if p.suffix in (".hdf5", ".h5", ".mcap"):
+        return "aiio"
+    if not p.name.endswith((".csv", ".csv.gz")):
+        return None
+    try:
+        opener = gzip.open if p.suffix == ".gz" else open
+        with opener(p, "rt", encoding="utf-8", errors="replace") as fh:  # type: ignore[operator]
+            header = next((line for _, line in zip(range(50), fh, strict=False) if not line.startswith("#")), "")
+    except (OSError, EOFError):
+        return None
+    columns = {c.strip() for c in header.split(",")}
+    return next((kind for kind, column in _HEADER_SIGNATURES if column in columns), None)
+
+
+def _no_files_message(kind: str, root: Path) -> str:
+    """Why a folder holds no ``kind`` flights: the patterns searched and what the files look like."""
+    patterns = ", ".join(_PATTERNS[kind])
+    msg = f"no {kind} flight files (searched {patterns}, recursively)"
+    present = sorted(p for p in root.rglob("*") if p.is_file() and not p.name.startswith("."))
+    if not present:
+        return msg + "; the folder is empty"
+    looks = sorted({k for p in present[:20] if (k := guess_kind(p)) is not None and k != kind})
+    if looks:
+        return msg + f"; the {len(present)} file(s) here look like --dataset {' or '.join(looks)}"
+    suffixes = sorted({"".join(p.suffixes[-2:]) or p.name for p in present})[:8]
+    return msg + f"; found only {', '.join(suffixes)} files"
+
+
+def flight_files(kind: str, path: str | Path) -> list[Path]:
+    """The flight files ``path`` names: itself if a file, else every ``kind`` file under it.
+
+    Raises:
+        DatasetError: ``path`` does not exist, or a folder holds no file of ``kind`` (the message
+            lists the patterns searched and which kind the files present look like).
+    """
+    _check_kind(kind)
+    root = Path(path)
+    if root.is_file():
+        return [root]
+    if not root.exists():
+        raise DatasetError(root, "<file>", "no such file or directory")
+    files = find_files(kind, root)
+    if not files:
+        raise DatasetError(root, "<file>", _no_files_message(kind, root))
+    return files
+
+
+def _reason(exc: DatasetError) -> str:
+    """The message of ``exc`` without its leading ``source: `` (the path is shown next to it)."""
+    text = str(exc)
+    prefix = f"{exc.source}: "
+    return text[len(prefix) :] if text.startswith(prefix) else text
+
+
+def load_flights(
+    kind: str,
+    path: str | Path,
+    *,
+    allow: Iterable[str] = (),
+    progress: bool | None = None,
+    **kwargs: Any,
+) -> LoadResult:
+    """Load one flight file or every ``kind`` flight under a folder, each checked for plausibility.
+
+    Files without a usable flight (:class:`UnusableFlightError`: motors never on, shorter than
+    the validator's minimum) are skipped with a :class:`UserWarning` and listed in
+    :attr:`LoadResult.skipped`; any other error is raised, naming the file.
+
+    Args:
+        kind: adapter name (:data:`KINDS`).
+        path: a flight file or a folder (searched recursively).
+        allow: plausibility check names to override (``--allow``).
+        progress: progress bar: ``None`` above :data:`PROGRESS_MIN_FILES` files, ``True``
+            always, ``False`` never; drawn only when standard error is a terminal.
+        kwargs: adapter options.
+
+    Raises:
+        DatasetError: ``path`` is missing, holds no ``kind`` files, or no usable flight remains
+            (the message lists each skipped file with its reason); or a file is malformed or
+            implausible (:class:`~velobins_eval.validate.PlausibilityError`).
+        ValueError: unknown ``kind`` or check name.
+    """
+    from velobins_eval.validate import parse_allow
+    from velobins_net.progress import progress_bar
+
+    allowed = parse_allow(allow)  # unknown names fail before any file is read
+    files = flight_files(kind, path)
+    enabled = len(files) > PROGRESS_MIN_FILES if progress is None else progress
+    result = LoadResult()
+    for file in progress_bar(files, enabled=enabled, desc=f"loading {kind}", unit="file"):
         try:
-            sequences.append(load_sequence(kind, path, **kwargs))
+            result.sequences.append(load_sequence(kind, file, allow=allowed, **kwargs))
         except UnusableFlightError as exc:
+            result.skipped.append(SkippedFlight(file, _reason(exc)))
             warnings.warn(f"skipped: {exc}", UserWarning, stacklevel=2)
-    return sequences
+    if not result.sequences:
+        listing = "; ".join(f"{s.path.name}: {s.reason}" for s in result.skipped)
+        raise DatasetError(path, "<file>", f"no usable {kind} flight in {len(files)} file(s): {listing}")
+    return result
+
+
+def load_directory(kind: str, directory: str | Path, **kwargs: Any) -> list[Sequence]:
+    """The usable flights of ``kind`` under ``directory``, sorted by path (see :func:`load_flights`).
+
+    Kept for callers that want just the list; ``kwargs`` (``allow``, ``progress``, adapter
+    options) go to :func:`load_flights`, which warns about every skipped file.
+    """
+    return load_flights(kind, directory, **kwargs).sequences
