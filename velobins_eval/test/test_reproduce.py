@@ -20,10 +20,11 @@ from velobins_eval.reproduce import (
     TABLE3_ROWS,
     RowSummary,
     TrainingJob,
-    _check_manifest,
+    check_manifest,
     direction_sentence,
     is_trained,
     model_dir,
+    partial_dir,
     plan,
     run_trainings,
     sweep_row,
@@ -62,12 +63,23 @@ def test_train_command_resumes_a_partial_run_and_finished_models_are_detected(tm
     smoke = SCHEDULES["smoke"]
     cmd = train_command(job, smoke, "csv", tmp_path / "train", tmp_path / "val", tmp_path, "cpu")
     assert "--resume" not in cmd and cmd[cmd.index("--epochs") + 1] == str(smoke.epochs)
-    assert cmd[cmd.index("--threads") + 1] == "1" and "--no-progress" in cmd
-    partial = tmp_path / "models" / "G-B.partial"
+    # Per-epoch lines go to the log (bars draw on a terminal only, never into a log file).
+    assert cmd[cmd.index("--threads") + 1] == "1" and "--no-progress" not in cmd
+    partial = partial_dir(tmp_path, "G-B")
+    assert partial == tmp_path / "models" / "G-B.partial"
     partial.mkdir(parents=True)
+    # Files that are no training (a lock file of a killed run) need no flag.
+    (partial / ".velobins.lock").write_text("")
+    cmd = train_command(job, smoke, "csv", tmp_path / "train", tmp_path / "val", tmp_path, "cpu")
+    assert "--resume" not in cmd and "--overwrite" not in cmd
+    # A partial run that cannot be resumed (no last.pt) is restarted explicitly.
+    (partial / "history.json").write_text("[]")
+    cmd = train_command(job, smoke, "csv", tmp_path / "train", tmp_path / "val", tmp_path, "cpu")
+    assert "--overwrite" in cmd and "--resume" not in cmd
+    # One that left last.pt is resumed from it.
     (partial / "last.pt").write_bytes(b"")
     cmd = train_command(job, smoke, "csv", tmp_path / "train", tmp_path / "val", tmp_path, "cpu")
-    assert cmd[cmd.index("--resume") + 1] == str(partial / "last.pt")
+    assert cmd[cmd.index("--resume") + 1] == str(partial / "last.pt") and "--overwrite" not in cmd
     assert not is_trained(tmp_path, "G-B")
     model_dir(tmp_path, "G-B").mkdir()
     (model_dir(tmp_path, "G-B") / "best.pt").write_bytes(b"")
@@ -76,11 +88,24 @@ def test_train_command_resumes_a_partial_run_and_finished_models_are_detected(tm
     assert run_trainings([job], smoke, "csv", tmp_path, tmp_path, tmp_path, 1, progress=False) == {"G-B": 0.0}
 
 
-def test_out_dir_of_another_schedule_is_refused(tmp_path: Path) -> None:
-    _check_manifest(tmp_path, {"schedule": "smoke", "train": "/a"})
-    _check_manifest(tmp_path, {"schedule": "smoke", "train": "/a"})
-    with pytest.raises(ValueError, match="schedule"):
-        _check_manifest(tmp_path, {"schedule": "cpu", "train": "/a"})
+def test_out_dir_of_another_plan_is_refused_naming_what_differs(tmp_path: Path) -> None:
+    manifest = {"schedule": "smoke", "seeds": [0], "data": {"train": "/a", "val": "/b"}, "ekf": {"q": math.nan}}
+    check_manifest(tmp_path, manifest)  # an empty directory holds no plan
+    (tmp_path / "reproduce.json").write_text(json.dumps(manifest))
+    check_manifest(tmp_path, json.loads(json.dumps(manifest)))  # the same plan (NaN equals NaN)
+    other = manifest | {"seeds": [0, 1], "data": {"train": "/a", "val": "/b", "test": "/c"}}
+    with pytest.raises(ValueError, match=r"reproduce\.json") as info:
+        check_manifest(tmp_path, other)
+    assert "seeds: [0] != [0, 1]" in str(info.value) and "data.test: None != '/c'" in str(info.value)
+    assert "--overwrite" in str(info.value)
+    (tmp_path / "reproduce.json").write_text("{not json")
+    with pytest.raises(ValueError, match="unreadable"):
+        check_manifest(tmp_path, manifest)
+    # Reproduction files without a plan: nobody can say what they were made with.
+    (tmp_path / "reproduce.json").unlink()
+    (tmp_path / "models").mkdir()
+    with pytest.raises(ValueError, match=r"models but no reproduce\.json"):
+        check_manifest(tmp_path, manifest)
 
 
 def test_direction_sentences_follow_the_measured_numbers() -> None:
@@ -166,3 +191,17 @@ def test_smoke_schedule_end_to_end(tmp_path: Path) -> None:
     seconds = run_trainings(jobs, smoke, "csv", tmp_path / "train", tmp_path / "val", out, 2, progress=False)
     assert seconds == dict.fromkeys(mtimes, 0.0)
     assert {j.name: (model_dir(out, j.name) / "best.pt").stat().st_mtime for j in jobs} == mtimes
+
+    # Partial runs go to the real `velobins train` with an explicit flag: one with last.pt is resumed
+    # (its one epoch is done: nothing retrained), one without last.pt is restarted (--overwrite).
+    resumed, restarted = model_dir(out, "G-B"), model_dir(out, "H-B")
+    resumed.rename(partial_dir(out, "G-B"))
+    restarted.rename(partial_dir(out, "H-B"))
+    (partial_dir(out, "H-B") / "last.pt").unlink()
+    seconds = run_trainings(jobs, smoke, "csv", tmp_path / "train", tmp_path / "val", out, 2, progress=False)
+    assert {n for n, s in seconds.items() if s > 0} == {"G-B", "H-B"}
+    assert (resumed / "best.pt").stat().st_mtime == mtimes["G-B"]  # resumed: no epoch redone
+    assert (restarted / "best.pt").stat().st_mtime > mtimes["H-B"] and (restarted / "last.pt").is_file()
+    log = (out / "logs" / "H-B.log").read_text()
+    assert "--overwrite" in log and "epoch 1:" in log  # per-epoch lines reach the log
+    assert not list(out.rglob("*.tmp")) and not list(out.glob("models/*.partial"))

@@ -19,11 +19,17 @@ Each training is a ``velobins train`` subprocess (one thread, at most ``--jobs``
 ``<out>/logs/<model>.log``). It runs in ``<out>/models/<model>.partial`` (resumed from its
 ``last.pt`` after an interruption) and is renamed to ``<out>/models/<model>`` when it succeeds, so
 an existing ``<out>/models/<model>/best.pt`` always is a finished training and is skipped.
+
+Outputs (issue 13): ``<out>`` is locked for the whole command (a second ``reproduce`` into it fails
+at once, naming the holder); ``<out>/reproduce.json`` records the plan (schedule, seeds, dataset,
+data directories, EKF parameters) and a run of another plan is refused unless ``--overwrite``
+removes the earlier reproduction; every report, table and figure is written atomically.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import math
@@ -31,6 +37,7 @@ import multiprocessing
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -41,6 +48,17 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from velobins_net.outputs import (
+    OutputError,
+    RunLayout,
+    atomic_path,
+    atomic_write_text,
+    open_run_dir,
+    output_mode,
+    remove_stale_temp_files,
+)
+from velobins_net.progress import progress_bar
 
 from . import metrics
 from .cli import DATASET_KINDS
@@ -114,6 +132,16 @@ SHAPE_KEYS = ("ave", "rte", "ate")
 LOG_DIR = "logs"
 MODEL_DIR = "models"
 PARTIAL_SUFFIX = ".partial"
+MANIFEST_NAME = "reproduce.json"
+"""The plan of the reproduction in ``<out>`` (what a resumed run must match)."""
+SPLITS = ("val", "test")
+"""Evaluation splits; each gets ``<out>/<split>/``."""
+LAYOUT = RunLayout("reproduce", (MANIFEST_NAME, MODEL_DIR, LOG_DIR, *SPLITS))
+"""Every entry ``velobins reproduce`` writes in ``<out>`` (what ``--overwrite`` removes)."""
+TRAIN_OUTPUTS = ("best.pt", "last.pt", "history.json")
+"""Files of a ``velobins train`` run; ``velobins train`` refuses a directory holding one unless told."""
+STOP_GRACE_S = 10.0
+"""Seconds an interrupted training gets to clean up after SIGINT before it is terminated."""
 
 
 class ReproduceError(RuntimeError):
@@ -212,17 +240,51 @@ def is_trained(out: Path, name: str) -> bool:
     return (model_dir(out, name) / "best.pt").is_file()
 
 
+def partial_dir(out: Path, name: str) -> Path:
+    """Directory a training runs in until it succeeds (``<out>/models/<name>.partial``)."""
+    return out / MODEL_DIR / (name + PARTIAL_SUFFIX)
+
+
 def train_command(
     job: TrainingJob, schedule: Schedule, dataset: str, train: Path, val: Path, out: Path, device: str
 ) -> list[str]:
-    """The ``velobins train`` command line of ``job`` (resumes from a partial ``last.pt``)."""
-    partial = out / MODEL_DIR / (job.name + PARTIAL_SUFFIX)
+    """The ``velobins train`` command line of ``job``, saying what to do with an earlier partial run.
+
+    ``velobins train`` refuses an output directory that holds a run unless told, so the flag is
+    explicit: ``--resume <partial>/last.pt`` when the interrupted training left a ``last.pt`` (the
+    plan is the one recorded in ``reproduce.json``, and ``train`` checks the checkpoint's model
+    config and restores optimizer and RNG state, so resuming continues exactly the same training);
+    ``--overwrite`` when it left training files but no ``last.pt`` to resume from (it restarts);
+    no flag when the directory holds no training.
+    """
+    partial = partial_dir(out, job.name)
     cmd = [sys.executable, "-m", "velobins_eval.train_cli", "--dataset", dataset, "--data", str(train)]
     cmd += ["--val", str(val), *job.args, "--epochs", str(schedule.epochs), "--stride", str(schedule.stride)]
-    cmd += ["--seed", str(job.seed), "--threads", "1", "--no-progress", "--device", device, "--out", str(partial)]
+    # No --no-progress: bars draw on a terminal only, so the log gets the per-epoch lines and no bar frames.
+    cmd += ["--seed", str(job.seed), "--threads", "1", "--device", device, "--out", str(partial)]
     if (partial / "last.pt").is_file():
         cmd += ["--resume", str(partial / "last.pt")]
+    elif any((partial / name).exists() for name in TRAIN_OUTPUTS):
+        cmd += ["--overwrite"]
     return cmd
+
+
+def stop_processes(procs: Iterable[subprocess.Popen], grace_s: float | None = None) -> None:
+    """Stop children we started, all at once: SIGINT first (each removes its temporary files and
+    lock), SIGTERM to those still running after ``grace_s`` (default :data:`STOP_GRACE_S`), then SIGKILL."""
+    waiting = [p for p in procs if p.poll() is None]
+    grace = STOP_GRACE_S if grace_s is None else grace_s
+    for send, wait_s in (("send_signal", grace), ("terminate", 5.0), ("kill", None)):
+        for proc in waiting:
+            with contextlib.suppress(ProcessLookupError):  # exited meanwhile
+                getattr(proc, send)(*((signal.SIGINT,) if send == "send_signal" else ()))
+        deadline = None if wait_s is None else time.monotonic() + wait_s
+        for proc in waiting:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        waiting = [p for p in waiting if p.poll() is None]
+        if not waiting:
+            return
 
 
 def run_trainings(
@@ -238,18 +300,20 @@ def run_trainings(
 ) -> dict[str, float]:
     """Train every job not yet finished, ``max_jobs`` at once; return {model: seconds (0 if skipped)}.
 
-    Raises:
-        ReproduceError: a training exited with an error (the message names its log).
-    """
-    from tqdm import tqdm
+    A training that fails keeps its ``.partial`` directory (the next run resumes it). When this
+    function is interrupted (Ctrl-C included) it stops the trainings it started (SIGINT first, so
+    each removes its temporary files) and removes what a stopped one left behind unfinished.
 
+    Raises:
+        ReproduceError: a training exited with an error or without a ``best.pt`` (the message names its log).
+    """
     (out / LOG_DIR).mkdir(parents=True, exist_ok=True)
     (out / MODEL_DIR).mkdir(parents=True, exist_ok=True)
     seconds = {j.name: 0.0 for j in jobs if is_trained(out, j.name)}
     todo = [j for j in jobs if j.name not in seconds]
     running: dict[str, tuple[subprocess.Popen, float, Any]] = {}
     failed: list[str] = []
-    bar = tqdm(total=len(jobs), initial=len(seconds), desc="trainings", unit="model", disable=not progress)
+    bar = progress_bar(total=len(jobs), initial=len(seconds), desc="trainings", unit="model", enabled=progress)
     shown = ""
     try:
         while todo or running:
@@ -270,19 +334,21 @@ def run_trainings(
                 log.close()
                 del running[name]
                 seconds[name] = time.monotonic() - t0
-                if proc.returncode != 0:
+                partial = partial_dir(out, name)
+                if proc.returncode != 0 or not (partial / "best.pt").is_file():
+                    # No best.pt after a successful exit: no epoch had a finite validation metric.
                     failed.append(name)
                 else:
                     final = model_dir(out, name)
-                    if final.exists():
+                    if final.exists():  # an earlier, unusable copy (no best.pt): ours, under our lock
                         shutil.rmtree(final)
-                    (out / MODEL_DIR / (name + PARTIAL_SUFFIX)).rename(final)
+                    partial.rename(final)
                 bar.update(1)
     except BaseException:
-        for proc, _, log in running.values():  # only the processes this function started
-            proc.terminate()
-            proc.wait()
+        stop_processes(proc for proc, _, _ in running.values())  # only the processes this function started
+        for name, (_, _, log) in running.items():
             log.close()
+            remove_stale_temp_files(partial_dir(out, name))  # what a SIGTERM/SIGKILL left behind
         raise
     finally:
         bar.close()
@@ -377,30 +443,34 @@ def evaluate_split(
     params: tuple[str, ...] = (),
 ) -> list[UnitResult]:
     """Score every unit on the split's flights (``jobs`` processes; in this process when 1)."""
-    from tqdm import tqdm
-
     ckpt = {u: str(model_dir(out, u.model) / "best.pt") for u in units}
     results: list[UnitResult] = []
-    bar = tqdm(total=len(units), desc=f"evaluating {directory.name}", unit="row", disable=not progress)
-    if jobs <= 1:
-        import torch
+    bar = progress_bar(total=len(units), desc=f"evaluating {directory.name}", unit="row", enabled=progress)
+    try:
+        if jobs <= 1:
+            import torch
 
-        from .evaluate import load_ekf_config
+            from .evaluate import load_ekf_config
 
-        torch.set_num_threads(1)
-        for u in units:
-            results.append(evaluate_unit(u, ckpt[u], seqs, _keep_records(u), load_ekf_config(list(map(Path, params)))))
-            bar.update(1)
-    else:
-        ctx = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(
-            jobs, ctx, initializer=_init_worker, initargs=(dataset, str(directory), params)
-        ) as pool:
-            futures = [pool.submit(_evaluate_in_worker, u, ckpt[u], _keep_records(u)) for u in units]
-            for fut in as_completed(futures):
-                results.append(fut.result())
+            torch.set_num_threads(1)
+            ekf = load_ekf_config(list(map(Path, params)))
+            for u in units:
+                results.append(evaluate_unit(u, ckpt[u], seqs, _keep_records(u), ekf))
                 bar.update(1)
-    bar.close()
+        else:
+            ctx = multiprocessing.get_context("spawn")
+            pool = ProcessPoolExecutor(jobs, ctx, initializer=_init_worker, initargs=(dataset, str(directory), params))
+            try:
+                futures = [pool.submit(_evaluate_in_worker, u, ckpt[u], _keep_records(u)) for u in units]
+                for fut in as_completed(futures):
+                    results.append(fut.result())
+                    bar.update(1)
+            except BaseException:
+                pool.shutdown(wait=False, cancel_futures=True)  # no queued unit starts after an error or Ctrl-C
+                raise
+            pool.shutdown()
+    finally:
+        bar.close()
     order = {u: i for i, u in enumerate(units)}
     return sorted(results, key=lambda r: order[r.unit])
 
@@ -704,6 +774,18 @@ def _pyplot():
     return plt
 
 
+def save_figure(fig: Any, path: Path, dpi: int) -> None:
+    """Write ``fig`` as PNG to ``path`` atomically and close it (also when the write fails)."""
+    import matplotlib.pyplot as plt
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, format="png", dpi=dpi)
+    finally:
+        plt.close(fig)
+
+
 def nees_figure(nees: dict[str, np.ndarray], path: Path) -> None:
     """Per method: median and inter-quartile band of the per-update NEES (Fig. nees), χ²(3) references."""
     plt = _pyplot()
@@ -725,9 +807,7 @@ def nees_figure(nees: dict[str, np.ndarray], path: Path) -> None:
     ax.grid(alpha=0.3, which="both", axis="y")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path, dpi=110)
 
 
 def bins_figure(rows: dict[str, RowSummary], bins: Iterable[int], path: Path) -> None:
@@ -750,9 +830,7 @@ def bins_figure(rows: dict[str, RowSummary], bins: Iterable[int], path: Path) ->
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path, dpi=110)
 
 
 def trajectory_figures(records: dict[str, dict[str, Any]], seqs: list, directory: Path) -> list[Path]:
@@ -789,9 +867,7 @@ def trajectory_figures(records: dict[str, dict[str, Any]], seqs: list, directory
         fig.suptitle(f"{shape}: {seq.name}")
         fig.tight_layout()
         path = directory / f"trajectory_{shape}.png"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
+        save_figure(fig, path, dpi=100)
         paths.append(path)
     return paths
 
@@ -895,17 +971,57 @@ def render_report(outcome: SplitOutcome, schedule_name: str, schedule: Schedule,
     return "\n".join(parts)
 
 
+DISCUSSION_HEADING = "### Discussion\n"
+DISCUSSION_PLACEHOLDER = "> **PLACEHOLDER"
+
+
+def _discussion(report: str) -> tuple[int, int] | None:
+    """Start and end offsets of the Discussion text (after its heading, up to the next section)."""
+    start = report.find(DISCUSSION_HEADING)
+    if start < 0:
+        return None
+    start += len(DISCUSSION_HEADING)
+    end = report.find("\n## ", start)
+    return start, len(report) if end < 0 else end + 1
+
+
+def keep_discussion(new_report: str, old_report: str) -> str:
+    """``new_report`` with the hand-written Discussion of ``old_report`` carried over.
+
+    The Discussion is the one part of report.md a person writes; a resumed run re-renders the
+    report, and must not lose it. An old report whose Discussion is still the placeholder (or
+    that has none) changes nothing.
+    """
+    new_span, old_span = _discussion(new_report), _discussion(old_report)
+    if new_span is None or old_span is None:
+        return new_report
+    text = old_report[old_span[0] : old_span[1]]
+    if DISCUSSION_PLACEHOLDER in text:
+        return new_report
+    return new_report[: new_span[0]] + text + new_report[new_span[1] :]
+
+
 def write_split(
     outcome: SplitOutcome, out_dir: Path, schedule_name: str, schedule: Schedule, flights: dict[str, int]
 ) -> None:
-    """``metrics.json``, ``report.md`` and ``figures/`` of one split under ``out_dir``."""
+    """``metrics.json``, ``report.md`` and ``figures/`` of one split under ``out_dir`` (each file atomically).
+
+    A hand-written Discussion in an existing report.md is kept (:func:`keep_discussion`).
+    """
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "metrics.json").write_text(json.dumps(metrics_document(outcome.rows), indent=1))
-    (out_dir / "report.md").write_text(render_report(outcome, schedule_name, schedule, flights))
     figures = out_dir / "figures"
     nees_figure({n: outcome.nees[n] for n in TABLE2_ROWS if n in outcome.nees}, figures / "nees.png")
     bins_figure(outcome.rows, sorted({*schedule.bins_sweep, HEADLINE_BINS}), figures / "bins.png")
     trajectory_figures(outcome.records, outcome.seqs, figures)
+    atomic_write_text(out_dir / "metrics.json", json.dumps(metrics_document(outcome.rows), indent=1))
+    report = render_report(outcome, schedule_name, schedule, flights)
+    old = out_dir / "report.md"
+    if old.is_file():
+        kept = keep_discussion(report, old.read_text(encoding="utf-8"))
+        if kept != report:
+            print(f"{old}: kept its hand-written Discussion")
+        report = kept
+    atomic_write_text(old, report)
 
 
 # ---------------------------------------------------------------------------------- command line
@@ -938,7 +1054,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--test", type=Path, help="test flights (evaluated and reported separately)")
     p.add_argument("--schedule", default="cpu", choices=tuple(SCHEDULES), help="training schedule (SCHEDULES)")
-    p.add_argument("--out", required=True, type=Path, help="output directory (resumable: finished models are kept)")
+    p.add_argument(
+        "--out",
+        required=True,
+        type=Path,
+        help="output directory; resumable: finished models of the same plan are kept, another plan is refused",
+    )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="remove the earlier reproduction in --out first (models, logs, reports) and start afresh",
+    )
     p.add_argument("--jobs", type=int, default=2, help="trainings / evaluation processes at once")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"), help="training device")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -952,19 +1078,101 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _check_manifest(out: Path, manifest: dict[str, Any]) -> None:
-    """Refuse to mix models of another schedule or data set into ``out`` (resume needs the same run)."""
-    path = out / "reproduce.json"
-    if path.is_file():
-        old = json.loads(path.read_text())
-        diffs = [f"{k}: {old.get(k)!r} != {v!r}" for k, v in manifest.items() if old.get(k) != v]
-        if diffs:
-            raise ValueError(f"{path}: {out} holds another reproduction ({'; '.join(diffs)}); use another --out")
-    out.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(manifest, indent=1))
+def run_manifest(
+    schedule_name: str, schedule: Schedule, dataset: str, data: dict[str, Path], ekf: Any
+) -> dict[str, Any]:
+    """What ``reproduce.json`` records: everything a resumed run's models and reports depend on.
+
+    The schedule's values are recorded besides its name, so a schedule changed in the code is
+    noticed too; ``ekf`` is the resolved filter configuration (the EKF-fused columns depend on it).
+    """
+    doc = {
+        "schedule": schedule_name,
+        "epochs": schedule.epochs,
+        "stride": schedule.stride,
+        "seeds": list(schedule.seeds),
+        "bins_sweep": sorted({*schedule.bins_sweep, HEADLINE_BINS}),
+        "dataset": dataset,
+        "data": {k: str(v) for k, v in data.items()},
+        "ekf": dataclasses.asdict(ekf) if dataclasses.is_dataclass(ekf) else ekf,
+    }
+    return json.loads(json.dumps(doc))  # the JSON form, as it compares against the file
+
+
+def _flatten(doc: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(doc, dict) and doc:
+        return {k: v for key, value in doc.items() for k, v in _flatten(value, f"{prefix}{key}.").items()}
+    return {prefix.rstrip("."): doc}
+
+
+def manifest_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """``key: old != new`` for every recorded value that differs (nested keys dotted, NaN equal to NaN)."""
+    a, b = _flatten(old), _flatten(new)
+    same = lambda k: json.dumps(a.get(k), sort_keys=True) == json.dumps(b.get(k), sort_keys=True)  # noqa: E731
+    return [f"{k}: {a.get(k)!r} != {b.get(k)!r}" for k in sorted({*a, *b}) if not same(k)]
+
+
+def check_manifest(out: Path, manifest: dict[str, Any]) -> None:
+    """Refuse ``out`` when it holds a reproduction of another plan, or reproduction files of no known plan.
+
+    Raises:
+        OutputError: names ``reproduce.json`` (or ``out``) and what differs; nothing is modified.
+    """
+    path = out / MANIFEST_NAME
+    fix = "pass --overwrite to replace it (every model is retrained) or choose another --out"
+    if not path.is_file():
+        found = [name for name in LAYOUT.existing(out) if name != MANIFEST_NAME]
+        if found:
+            raise OutputError(
+                out, f"holds {', '.join(found)} but no {MANIFEST_NAME} saying which plan made them; {fix}"
+            )
+        return
+    try:
+        old = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise OutputError(path, f"unreadable ({exc.__class__.__name__}); {fix}") from None
+    if not isinstance(old, dict):
+        raise OutputError(path, f"not a reproduction plan (a JSON {type(old).__name__}); {fix}")
+    diffs = manifest_differences(old, manifest)
+    if diffs:
+        shown = "; ".join(diffs[:4]) + (f"; and {len(diffs) - 4} more" if len(diffs) > 4 else "")
+        raise OutputError(path, f"{out} holds a reproduction of another plan ({shown}); {fix}")
+
+
+def check_data_outside(out: Path, data: dict[str, Path]) -> None:
+    """Refuse an ``--out`` that is inside a data directory or would hold (and replace) one."""
+    for split, directory in data.items():
+        flag = "--data" if split == "train" else f"--{split}"
+        if out == directory or out.is_relative_to(directory):
+            raise OutputError(out, f"lies inside the flights of {flag} {directory}; choose another --out")
+        for name in LAYOUT.patterns:
+            if directory == out / name or directory.is_relative_to(out / name):
+                raise OutputError(
+                    out, f"{flag} {directory} is where reproduce writes {out / name}; choose another --out"
+                )
+
+
+def _check_flights(dataset: str, data: dict[str, Path]) -> None:
+    """Every data directory exists and holds flights of ``dataset`` (before any work)."""
+    from .datasets import find_files
+
+    for split, directory in data.items():
+        flag = "--data" if split == "train" else f"--{split}"
+        if not directory.is_dir():
+            raise FileNotFoundError(f"{flag} {directory}: not a directory")
+        if not find_files(dataset, directory):
+            raise FileNotFoundError(f"{flag} {directory}: no {dataset} flights in it")
+
+
+def _remove_stale_temps(out: Path) -> list[str]:
+    """Temporary files of dead writers (a killed run) in every directory reproduce writes."""
+    dirs = [out, out / MODEL_DIR, *(out / MODEL_DIR).glob(f"*{PARTIAL_SUFFIX}")]
+    dirs += [d for split in SPLITS for d in (out / split, out / split / "figures")]
+    return [f"{d / name}" for d in dirs if d.is_dir() for name in remove_stale_temp_files(d)]
 
 
 def main_reproduce(argv: list[str] | None = None) -> int:
+    """``velobins reproduce``; a user's mistake raises ``ValueError``/``FileNotFoundError`` (``velobins``: exit 2)."""
     args = build_parser().parse_args(argv)
     if args.val is None:
         if not ((args.data / "train").is_dir() and (args.data / "val").is_dir()):
@@ -975,20 +1183,36 @@ def main_reproduce(argv: list[str] | None = None) -> int:
             setattr(args, name, getattr(args, name).resolve())
     if args.jobs < 1:
         raise ValueError(f"--jobs must be >= 1, got {args.jobs}")
-    from .datasets import find_files, load_directory
     from .evaluate import load_ekf_config
 
-    wall0 = time.monotonic()
     schedule = SCHEDULES[args.schedule]
     splits = {"val": args.val} | ({"test": args.test} if args.test else {})
     data = {"train": args.data, **splits}
-    for split, directory in data.items():
-        if not directory.is_dir():
-            raise FileNotFoundError(f"--{'data' if split == 'train' else split} {directory}: not a directory")
-    _check_manifest(
-        args.out,
-        {"schedule": args.schedule, "dataset": args.dataset} | {k: str(v) for k, v in data.items()},
-    )
+    _check_flights(args.dataset, data)
+    check_data_outside(args.out, data)
+    ekf = load_ekf_config(args.params)
+    manifest = run_manifest(args.schedule, schedule, args.dataset, data, ekf)
+    mode = output_mode(resume=not args.overwrite, overwrite=args.overwrite)
+    with open_run_dir(args.out, LAYOUT, mode):  # held until the end; removes its lock file on any exit
+        check_manifest(args.out, manifest)
+        for name in _remove_stale_temps(args.out):
+            print(f"reproduce: removed {name} (left by an interrupted run)")
+        atomic_write_text(args.out / MANIFEST_NAME, json.dumps(manifest, indent=1))
+        return _reproduce(args, schedule, splits, data, ekf, argv)
+
+
+def _reproduce(
+    args: argparse.Namespace,
+    schedule: Schedule,
+    splits: dict[str, Path],
+    data: dict[str, Path],
+    ekf: Any,
+    argv: list[str] | None,
+) -> int:
+    """Train, evaluate and report into the locked ``args.out``."""
+    from .datasets import find_files, load_directory
+
+    wall0 = time.monotonic()
     jobs, units = plan(schedule)
     print(f"reproduce: {len(jobs)} trainings ({args.schedule}), {len(units)} evaluations per split -> {args.out}")
     try:
@@ -1000,13 +1224,13 @@ def main_reproduce(argv: list[str] | None = None) -> int:
         return 1
     split_seqs = {split: load_directory(args.dataset, directory) for split, directory in splits.items()}
     counts = {"train": len(find_files(args.dataset, args.data))} | {k: len(v) for k, v in split_seqs.items()}
+    params = tuple(str(p.resolve()) for p in args.params)
     for split, directory in splits.items():
         seqs = split_seqs[split]
-        params = tuple(str(p.resolve()) for p in args.params)
         results = evaluate_split(
             units, args.out, args.dataset, directory, seqs, args.jobs, not args.no_progress, params
         )
-        outcome = score_split(split, results, seqs, load_ekf_config(args.params))
+        outcome = score_split(split, results, seqs, ekf)
         write_split(outcome, args.out / split, args.schedule, schedule, counts)
         config = {
             "schedule": args.schedule,
@@ -1024,11 +1248,11 @@ def main_reproduce(argv: list[str] | None = None) -> int:
             "jobs": args.jobs,
             "device": args.device,
             "ekf_params": [str(p) for p in args.params],
-            "ekf": dataclasses.asdict(load_ekf_config(args.params)),
+            "ekf": dataclasses.asdict(ekf),
             "training_s": {k: round(v, 1) for k, v in train_s.items()},
             "host_cpus": os.cpu_count(),
         }
-        (args.out / split / "config.json").write_text(json.dumps(config, indent=1))
+        atomic_write_text(args.out / split / "config.json", json.dumps(config, indent=1))
         print(table({n: _row_cells(outcome.rows, n) for n in (REGRESSION, HEADLINE, IMU_ONLY)}, KEYS, HEADERS))
         print(f"{split}: {args.out / split / 'report.md'}")
     print(f"reproduce: done in {time.monotonic() - wall0:.0f} s")
