@@ -2,6 +2,7 @@
 
 Subcommands (``velobins <command> --help`` for each):
 
+* ``check``     — the dataset doctor: plausibility of every flight of a file or folder, one table row each;
 * ``simulate``  — simulated flights (rotorpy) written as plain CSV;
 * ``convert``   — a flight (any adapter) to a rosbag2 with the VeloBins topics;
 * ``train``     — train a VeloBins variant or the regression baseline;
@@ -57,6 +58,7 @@ def _delegate(module: str, function: str) -> Callable[[argparse.Namespace], int]
 
 
 DELEGATED = {
+    "check": (".check", "main_check", "check every flight of a file or folder for plausibility (do this first)"),
     "simulate": (".sim.cli", "main_simulate", "simulate flights with rotorpy and write them as plain CSV"),
     "train": (".train_cli", "main_train", "train a VeloBins variant or the regression baseline"),
     "evaluate": (".evaluate", "main_evaluate", "evaluate checkpoints (network and EKF-fused) on flights"),
