@@ -8,6 +8,10 @@
    EKF and eval nodes as separate processes over Fast DDS, sim time) once per model;
 5. print the comparison table of VeloBins, regression and IMU-only integration (the same EKF
    without updates, computed offline), and write the reports and plots under ``--out``.
+
+``--out`` (default ``runs/main_job``) is locked while the demo runs; one that holds an earlier demo
+run is refused unless ``--overwrite`` replaces it (``scripts/main_job.sh`` passes it, so the main
+job stays re-runnable). Files there that the demo does not write are left alone.
 """
 
 from __future__ import annotations
@@ -21,14 +25,23 @@ import sys
 import time
 from pathlib import Path
 
+from velobins_net.outputs import OutputError, RunLayout, RunLock, atomic_write_text, open_run_dir
+
 from . import metrics, report
+from .reproduce import stop_processes
+
+LAYOUT = RunLayout("demo", ("flights", "train", "bags", "graph", "offline", "metrics.json", "config.json", "report.md"))
+"""Every entry ``velobins demo`` writes in ``--out`` (what ``--overwrite`` removes)."""
 
 MODELS = (("G+H^B", ["--variant", "G+H", "--uncertainty", "B", "--encoding", "spe"]), ("reg", ["--variant", "reg"]))
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="velobins demo", description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", type=Path, default=Path("runs/main_job"), help="output directory (replaced)")
+    p.add_argument("--out", type=Path, default=Path("runs/main_job"), help="output directory (locked while it runs)")
+    p.add_argument(
+        "--overwrite", action="store_true", help="replace the demo run already in --out (scripts/main_job.sh passes it)"
+    )
     p.add_argument("--flights", type=int, default=24, help="simulated flights in total")
     p.add_argument("--seconds", type=float, default=60.0, help="duration of each flight [s]")
     p.add_argument("--test-flights", type=int, default=4, help="held-out flights replayed through the graph")
@@ -43,7 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _run(cmd: list[str], log: Path) -> subprocess.Popen:
     log.parent.mkdir(parents=True, exist_ok=True)
-    return subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT)
+    with log.open("w") as fh:  # the child keeps its own copy of the descriptor
+        return subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT)
 
 
 def _step(title: str) -> float:
@@ -51,14 +65,34 @@ def _step(title: str) -> float:
     return time.monotonic()
 
 
+def open_demo_dir(out: Path, overwrite: bool) -> RunLock:
+    """Lock ``out`` for the demo; refuse one holding an earlier demo run unless ``overwrite`` (then it is removed).
+
+    Returns the held lock (a context manager). Raises :class:`OutputError` naming ``out``.
+    """
+    if overwrite:
+        return open_run_dir(out, LAYOUT, "overwrite")
+    lock = open_run_dir(out, LAYOUT, "resume")  # the demo cannot resume; refuse with its own advice
+    found = LAYOUT.existing(out)
+    if found:
+        lock.release()
+        shown = ", ".join(found)
+        raise OutputError(
+            out, f"already holds a demo run ({shown}); pass --overwrite to replace it or choose another --out"
+        )
+    return lock
+
+
 def main_demo(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.test_flights + args.val_flights + 2 > args.flights:
         raise ValueError("--flights must leave at least 2 training flights after validation and test flights")
-    out = args.out
-    if out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
+    with open_demo_dir(args.out, args.overwrite):  # removes its lock file on any exit, Ctrl-C included
+        return _demo(args, args.out)
+
+
+def _demo(args: argparse.Namespace, out: Path) -> int:
+    """Steps 1-5 into the locked, empty demo entries of ``out``."""
     wall0 = time.monotonic()
     timings: dict[str, float] = {}
     velobins = [sys.executable, "-m", "velobins_eval.cli"]
@@ -101,16 +135,22 @@ def main_demo(argv: list[str] | None = None) -> int:
             str(args.seed),
             "--threads",
             "1",
-            "--no-progress",
             "--out",
             str(out / "train" / label),
         ]
         procs[label] = _run(cmd, out / "train" / f"{label}.log")
-    for label, proc in procs.items():
-        if proc.wait() != 0:
-            print((out / "train" / f"{label}.log").read_text()[-3000:], file=sys.stderr)
-            raise RuntimeError(f"training {label} failed (log: {out / 'train' / f'{label}.log'})")
-        print("  " + (out / "train" / f"{label}.log").read_text().strip().splitlines()[-1])
+    try:
+        codes = {label: proc.wait() for label, proc in procs.items()}
+    except BaseException:  # Ctrl-C: stop the trainings we started (they remove their temporary files)
+        stop_processes(procs.values())
+        raise
+    for label, code in codes.items():
+        log = out / "train" / f"{label}.log"
+        if code != 0:
+            print(log.read_text()[-3000:], file=sys.stderr)
+            print(f"velobins demo: error: training {label} failed (log: {log})", file=sys.stderr)
+            return 1
+        print("  " + log.read_text().strip().splitlines()[-1])
     timings["train"] = time.monotonic() - t
     checkpoints = {label: out / "train" / label / "best.pt" for label, _ in MODELS}
 
@@ -174,13 +214,14 @@ def main_demo(argv: list[str] | None = None) -> int:
         "timings_s": timings,
         "sources": {m: d.get("source", "offline") for m, d in doc.items()},
     }
-    (out / "metrics.json").write_text(json.dumps(doc, indent=1))
-    (out / "config.json").write_text(json.dumps(config, indent=1))
-    (out / "report.md").write_text(
+    atomic_write_text(out / "metrics.json", json.dumps(doc, indent=1))
+    atomic_write_text(out / "config.json", json.dumps(config, indent=1))
+    atomic_write_text(
+        out / "report.md",
         "# VeloBins main job\n\n"
         f"{len(seqs)} held-out simulated flights; VeloBins and reg rows from the ROS graph "
         f"({'skipped' if args.skip_graph else f'replay at {args.rate:g}x'}), imu-only offline.\n\n"
-        f"{table}\n\n## Offline (same flights, same code paths)\n\n{offline_table}\n"
+        f"{table}\n\n## Offline (same flights, same code paths)\n\n{offline_table}\n",
     )
     print(f"\n{table}\n")
     print("timings [s]: " + ", ".join(f"{k} {v:.0f}" for k, v in timings.items()))

@@ -1,0 +1,377 @@
+"""``velobins reproduce`` and ``velobins demo`` outputs (issue 13): locks, plans, --overwrite, Ctrl-C.
+
+Every test runs the real command line (``velobins_eval.cli.main``: exit status and one-line
+errors) on four-second synthetic flights; the hours-long steps are replaced by small real ones:
+"training" writes a stand-in ``best.pt`` per planned model, "evaluation" gives every unit fixed
+metrics and records, and the rest (plan check, lock, IMU-only baseline, metrics.json, report.md,
+the matplotlib figures, config.json) is the production code.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from fixtures_datasets import hover
+
+from velobins_eval import reproduce
+from velobins_eval.cli import main
+from velobins_eval.datasets import write_csv
+from velobins_eval.evaluate import FlightRecord
+from velobins_eval.metrics import FlightMetrics
+from velobins_eval.report import KEYS
+from velobins_eval.sequence import Sequence
+from velobins_net.outputs import LOCK_NAME
+
+FLIGHTS = {"train": ("sim_circle_000", "sim_helix_001"), "val": ("sim_oval_002",)}
+
+
+def _flight(name: str) -> Sequence:
+    truth = hover(n=400)
+    return Sequence(
+        name=name,
+        t=truth.t,
+        acc=truth.acc,
+        gyro=truth.gyro,
+        rotor=truth.rotor,
+        rotor_kind="pwm",
+        p=truth.p,
+        q=truth.q,
+        v=truth.v,
+        metadata={"platform": "nano", "gravity": 9.80665, "dataset": "sim"},
+    )
+
+
+@pytest.fixture
+def data(tmp_path: Path) -> Path:
+    """``<tmp>/data/{train,val}/*.csv``: a dataset root."""
+    for split, names in FLIGHTS.items():
+        (tmp_path / "data" / split).mkdir(parents=True)
+        for name in names:
+            write_csv(_flight(name), tmp_path / "data" / split / f"{name}.csv")
+    return tmp_path / "data"
+
+
+class FakeSteps:
+    """Stand-ins for the trainings and the network evaluation; records what ran."""
+
+    def __init__(self, tag: str = "run 1"):
+        self.tag = tag
+        self.trained: list[str] = []
+        self.during_training = None  # called inside the training step (while the lock is held)
+
+    def run_trainings(self, jobs, schedule, dataset, train, val, out, max_jobs, device="auto", progress=True):
+        if self.during_training is not None:
+            self.during_training()
+        seconds = {}
+        for job in jobs:
+            if reproduce.is_trained(out, job.name):
+                seconds[job.name] = 0.0
+                continue
+            reproduce.model_dir(out, job.name).mkdir(parents=True, exist_ok=True)
+            (reproduce.model_dir(out, job.name) / "best.pt").write_text(self.tag)
+            self.trained.append(job.name)
+            seconds[job.name] = 1.0
+        return seconds
+
+    def evaluate_split(self, units, out, dataset, directory, seqs, jobs, progress=True, params=()):
+        results = []
+        for i, unit in enumerate(units):
+            value = 0.1 + 0.01 * i
+            flights = {s.name: FlightMetrics(**dict.fromkeys(KEYS, value)) for s in seqs}
+            nees = {s.name: np.full(20, 2.0 + i, dtype=np.float32) for s in seqs}
+            records = {s.name: _record(s, unit.row) for s in seqs} if reproduce._keep_records(unit) else {}
+            results.append(reproduce.UnitResult(unit, flights, nees, records))
+        return results
+
+
+def _record(seq: Sequence, method: str) -> FlightRecord:
+    idx = np.arange(20, len(seq.t), 20)
+    n = len(idx)
+    return FlightRecord(
+        seq.name,
+        method,
+        seq.t[idx],
+        np.zeros((n, 3)),
+        np.ones((n, 3)),
+        seq.p[idx],
+        seq.v[idx],
+        np.tile(np.eye(3) * 0.01, (n, 1, 1)),
+        seq.t,
+        seq.p,
+    )
+
+
+@pytest.fixture
+def steps(monkeypatch: pytest.MonkeyPatch) -> FakeSteps:
+    fake = FakeSteps()
+    monkeypatch.setattr(reproduce, "run_trainings", fake.run_trainings)
+    monkeypatch.setattr(reproduce, "evaluate_split", fake.evaluate_split)
+    return fake
+
+
+def _argv(data: Path, out: Path, *extra: str) -> list[str]:
+    return ["reproduce", "--dataset", "csv", "--data", str(data), "--out", str(out), "--no-progress", *extra]
+
+
+def _snapshot(directory: Path) -> dict[str, bytes | None]:
+    """Every entry under ``directory`` (hidden ones too) with its bytes (None for a folder)."""
+    return {str(p.relative_to(directory)): None if p.is_dir() else p.read_bytes() for p in directory.rglob("*")}
+
+
+def _leftovers(directory: Path) -> list[Path]:
+    """Temporary files and lock files anywhere under ``directory``."""
+    return sorted(p for p in directory.rglob("*") if p.name.endswith(".tmp") or p.name == LOCK_NAME)
+
+
+def test_reproduce_writes_its_outputs_and_a_second_one_into_the_same_dir_fails_at_once(
+    data: Path, tmp_path: Path, steps: FakeSteps, capsys: pytest.CaptureFixture
+) -> None:
+    out = tmp_path / "out"
+    second: dict[str, object] = {}
+
+    def second_reproduce() -> None:  # runs while the first one holds the lock
+        capsys.readouterr()
+        t0 = time.monotonic()
+        second["rc"] = main(_argv(data, out, "--schedule", "smoke"))
+        second["seconds"] = time.monotonic() - t0
+        second["stderr"] = capsys.readouterr().err
+
+    steps.during_training = second_reproduce
+    assert main(_argv(data, out, "--schedule", "smoke")) == 0
+    assert second["rc"] == 2 and second["seconds"] < 5.0
+    err = str(second["stderr"])
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert f"{out}: in use by velobins reproduce (pid {os.getpid()})" in err
+    # The first run was not disturbed: every planned model trained once, every output present.
+    assert len(steps.trained) == len(reproduce.plan(reproduce.SCHEDULES["smoke"])[0])
+    for name in ("metrics.json", "report.md", "config.json", "figures/nees.png", "figures/bins.png"):
+        assert (out / "val" / name).stat().st_size > 0, name
+    assert (out / "val" / "figures" / "trajectory_oval.png").stat().st_size > 1000
+    assert _leftovers(out) == []
+
+
+def test_same_plan_resumes_and_keeps_the_hand_written_discussion(data: Path, tmp_path: Path, steps: FakeSteps) -> None:
+    out = tmp_path / "out"
+    assert main(_argv(data, out, "--schedule", "smoke")) == 0
+    report = out / "val" / "report.md"
+    text = report.read_text()
+    start = text.index("### Discussion\n") + len("### Discussion\n")
+    end = text.index("\n## ", start) + 1
+    mine = "\nThe lead's interpretation, written by hand.\n\n"
+    report.write_text(text[:start] + mine + text[end:])
+    first_models = {p: p.read_bytes() for p in (out / "models").rglob("best.pt")}
+
+    steps.tag, steps.trained = "run 2", []
+    assert main(_argv(data, out, "--schedule", "smoke")) == 0
+    assert steps.trained == []  # every model of the plan was finished: nothing retrained
+    assert {p: p.read_bytes() for p in (out / "models").rglob("best.pt")} == first_models
+    again = report.read_text()
+    assert mine in again and "PLACEHOLDER" not in again and "## Table II" in again
+    assert _leftovers(out) == []
+
+
+@pytest.mark.parametrize(
+    "change, differs",
+    [
+        (("--schedule", "cpu"), "schedule: 'smoke' != 'cpu'"),
+        (("--schedule", "smoke", "--test", "{val}"), "data.test: None != "),
+        (("--schedule", "smoke", "--params", "{params}"), "ekf."),
+    ],
+)
+def test_another_plan_is_refused_untouched_and_overwrite_replaces_the_whole_reproduction(
+    data: Path,
+    tmp_path: Path,
+    steps: FakeSteps,
+    capsys: pytest.CaptureFixture,
+    change: tuple[str, ...],
+    differs: str,
+) -> None:
+    out = tmp_path / "out"
+    assert main(_argv(data, out, "--schedule", "smoke")) == 0
+    (out / "notes.txt").write_text("mine, not the command's")
+    params = tmp_path / "ekf.yaml"
+    params.write_text("velobins_ekf:\n  ros__parameters:\n    filter:\n      init_sigma_vel: 0.123\n")
+    extra = [a.format(val=data / "val", params=params) for a in change]
+    before = _snapshot(out)
+    capsys.readouterr()
+    steps.trained = []
+
+    assert main(_argv(data, out, *extra)) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{out / 'reproduce.json'}: " in err, err
+    assert differs in err and "--overwrite" in err
+    assert steps.trained == [] and _snapshot(out) == before  # nothing there modified, no lock left
+
+    steps.tag = "run 2"
+    assert main(_argv(data, out, *extra, "--overwrite")) == 0
+    models = sorted((out / "models").rglob("best.pt"))
+    assert models and all(p.read_text() == "run 2" for p in models)  # every model retrained
+    assert (out / "notes.txt").read_text() == "mine, not the command's"  # not the command's: kept
+    assert main(_argv(data, out, *extra)) == 0  # the new plan now resumes
+
+
+def test_init_sigma_v_is_an_ekf_parameter() -> None:
+    """The parameter the plan test changes exists (else the test above would fail for another reason)."""
+    from velobins_ekf.config import EkfConfig
+
+    assert hasattr(EkfConfig(), "init_sigma_vel")
+
+
+def test_ctrl_c_while_a_figure_is_written_leaves_no_temporary_file_and_no_lock(
+    data: Path, tmp_path: Path, steps: FakeSteps, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from matplotlib.figure import Figure
+
+    written: list[Path] = []
+
+    def interrupted_savefig(self, fname, *args, **kwargs):
+        Path(fname).write_bytes(b"\x89PNG half a figure")  # the write has begun
+        written.append(Path(fname))
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Figure, "savefig", interrupted_savefig)
+    out = tmp_path / "out"
+    assert main(_argv(data, out, "--schedule", "smoke")) == 130
+    assert written and all(p.name.endswith(".tmp") for p in written)  # figures go through a temporary file
+    assert _leftovers(out) == [] and not (out / "val" / "figures" / "nees.png").exists()
+    assert (out / "reproduce.json").is_file()  # the plan stays: the next run resumes
+    monkeypatch.undo()
+    monkeypatch.setattr(reproduce, "run_trainings", steps.run_trainings)
+    monkeypatch.setattr(reproduce, "evaluate_split", steps.evaluate_split)
+    steps.trained = []
+    assert main(_argv(data, out, "--schedule", "smoke")) == 0 and steps.trained == []
+
+
+CHILD = """
+import os, signal, sys, time
+from pathlib import Path
+out = Path(sys.argv[sys.argv.index("--out") + 1])
+out.mkdir(parents=True, exist_ok=True)
+tmp = out / f".last.pt.{os.getpid()}.0123abcd.tmp"  # as velobins_net.outputs.atomic_path names it
+tmp.write_bytes(b"half a checkpoint")
+if "{stubborn}" == "yes":  # a child that ignores SIGINT and SIGTERM and must be killed
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+print("ready", flush=True)
+try:
+    time.sleep(60)
+finally:
+    tmp.unlink()
+"""
+
+
+@pytest.mark.parametrize("stubborn", ["no", "yes"])
+def test_ctrl_c_during_trainings_stops_them_and_leaves_no_temporary_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stubborn: str
+) -> None:
+    """The real run_trainings with stand-in training processes; Ctrl-C once both have begun writing."""
+
+    def command(job, schedule, dataset, train, val, out, device):
+        partial = reproduce.partial_dir(out, job.name)
+        return [sys.executable, "-c", CHILD.replace("{stubborn}", stubborn), "--out", str(partial)]
+
+    def interrupt_when_started(seconds: float) -> None:
+        logs = list((tmp_path / "logs").glob("*.log"))
+        if len(logs) == 2 and all("ready" in p.read_text().splitlines() for p in logs):
+            raise KeyboardInterrupt
+        time.sleep(0.05)
+
+    monkeypatch.setattr(reproduce, "train_command", command)
+    monkeypatch.setattr(reproduce, "STOP_GRACE_S", 0.5)
+    monkeypatch.setattr(reproduce, "time", SimpleNamespace(monotonic=time.monotonic, sleep=interrupt_when_started))
+    jobs = [reproduce.TrainingJob("a", ()), reproduce.TrainingJob("b", ())]
+    smoke = reproduce.SCHEDULES["smoke"]
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        reproduce.run_trainings(jobs, smoke, "csv", tmp_path, tmp_path, tmp_path, 2, progress=False)
+    assert time.monotonic() - t0 < (15 if stubborn == "yes" else 5)
+    assert _leftovers(tmp_path / "models") == []
+    assert sorted(p.name for p in (tmp_path / "models").iterdir()) == ["a.partial", "b.partial"]  # resumable
+
+
+def test_stop_processes_interrupts_first() -> None:
+    child = "import time\ntry:\n    print('ready', flush=True)\n    time.sleep(60)\nexcept KeyboardInterrupt:\n"
+    child += "    print('cleaned up')\n"
+    procs = [subprocess.Popen([sys.executable, "-c", child], stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    assert [p.stdout.readline().strip() for p in procs] == ["ready", "ready"]
+    t0 = time.monotonic()
+    reproduce.stop_processes(procs, grace_s=20.0)
+    assert time.monotonic() - t0 < 10
+    assert [(p.returncode, p.stdout.read().strip()) for p in procs] == [(0, "cleaned up")] * 2
+
+
+@pytest.mark.parametrize("where", ["root", "val"])
+def test_out_that_would_hold_or_lie_inside_the_data_is_refused(
+    data: Path, steps: FakeSteps, capsys: pytest.CaptureFixture, where: str
+) -> None:
+    out = data if where == "root" else data / "val" / "out"
+    before = _snapshot(data)
+    assert main(_argv(data, out, "--schedule", "smoke")) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "choose another --out" in err
+    assert _snapshot(data) == before and steps.trained == []
+
+
+def test_missing_or_empty_data_directories_are_one_line_errors(
+    data: Path, tmp_path: Path, steps: FakeSteps, capsys: pytest.CaptureFixture
+) -> None:
+    (tmp_path / "empty").mkdir()
+    for extra, says in (
+        (["--test", str(tmp_path / "nope")], "not a directory"),
+        (["--test", str(tmp_path / "empty")], "no csv flights"),
+    ):
+        assert main(_argv(data, tmp_path / "out", *extra)) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and says in err and "--test" in err
+    assert not (tmp_path / "out").exists()
+
+
+# ---------------------------------------------------------------------------------- demo
+
+
+def test_demo_refuses_an_earlier_run_and_overwrite_replaces_only_its_own_entries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    import velobins_eval.sim.batch as batch
+
+    out = tmp_path / "main_job"
+    (out / "flights" / "all").mkdir(parents=True)
+    (out / "flights" / "all" / "sim_circle_000.csv").write_text("an earlier flight")
+    (out / "report.md").write_text("# an earlier report")
+    (out / "notes.txt").write_text("mine")
+    before = _snapshot(out)
+
+    def simulate_many(*args, **kwargs):
+        pytest.fail("the demo must not start before its output is settled")
+
+    monkeypatch.setattr(batch, "simulate_many", simulate_many)
+    assert main(["demo", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{out}: already holds a demo run (flights, report.md)" in err
+    assert "--overwrite" in err and "--resume" not in err
+    assert _snapshot(out) == before
+
+    seen: dict[str, object] = {}
+
+    def interrupted_simulate_many(preset, flights, seconds, seed, out_dir, *args, **kwargs):
+        seen["entries"] = sorted(p.name for p in out.iterdir())
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(batch, "simulate_many", interrupted_simulate_many)
+    assert main(["demo", "--out", str(out), "--overwrite"]) == 130
+    assert seen["entries"] == [LOCK_NAME, "notes.txt"]  # the earlier run removed first; the user's file kept
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]  # lock file gone after Ctrl-C
+
+
+def test_main_job_script_passes_overwrite() -> None:
+    """The README promises `bash scripts/main_job.sh` can be run again and again."""
+    script = Path(__file__).resolve().parents[2] / "scripts" / "main_job.sh"
+    assert 'exec velobins demo --overwrite "$@"' in script.read_text()
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
