@@ -25,12 +25,16 @@ import sys
 import time
 from pathlib import Path
 
-from velobins_net.outputs import OutputError, RunLayout, RunLock, atomic_write_text, open_run_dir
+from velobins_net.outputs import RunLayout, RunLock, atomic_write_text, open_run_dir, output_mode
 
 from . import metrics, report
 from .reproduce import stop_processes
 
-LAYOUT = RunLayout("demo", ("flights", "train", "bags", "graph", "offline", "metrics.json", "config.json", "report.md"))
+LAYOUT = RunLayout(
+    "demo",
+    ("flights", "train", "bags", "graph", "offline", "metrics.json", "config.json", "report.md"),
+    resumable=False,
+)
 """Every entry ``velobins demo`` writes in ``--out`` (what ``--overwrite`` removes)."""
 
 MODELS = (("G+H^B", ["--variant", "G+H", "--uncertainty", "B", "--encoding", "spe"]), ("reg", ["--variant", "reg"]))
@@ -70,17 +74,7 @@ def open_demo_dir(out: Path, overwrite: bool) -> RunLock:
 
     Returns the held lock (a context manager). Raises :class:`OutputError` naming ``out``.
     """
-    if overwrite:
-        return open_run_dir(out, LAYOUT, "overwrite")
-    lock = open_run_dir(out, LAYOUT, "resume")  # the demo cannot resume; refuse with its own advice
-    found = LAYOUT.existing(out)
-    if found:
-        lock.release()
-        shown = ", ".join(found)
-        raise OutputError(
-            out, f"already holds a demo run ({shown}); pass --overwrite to replace it or choose another --out"
-        )
-    return lock
+    return open_run_dir(out, LAYOUT, output_mode(overwrite=overwrite))
 
 
 def main_demo(argv: list[str] | None = None) -> int:

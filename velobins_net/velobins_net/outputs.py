@@ -174,10 +174,12 @@ class RunLayout:
         patterns: glob patterns (relative to the directory, top level) of the files and
             folders the command writes; any match means the directory "holds a run", and
             ``--overwrite`` removes every match (and nothing else the user keeps there).
+        resumable: whether the command has ``--resume`` (the refusal message offers it).
     """
 
     command: str
     patterns: tuple[str, ...]
+    resumable: bool = True
 
     def existing(self, directory: Path) -> list[str]:
         """Names of the entries of ``directory`` that belong to a run of this command."""
@@ -215,10 +217,10 @@ def open_run_dir(directory: str | Path, layout: RunLayout, mode: str = "new", re
         found = layout.existing(directory)
         if found and mode == "new":
             shown = ", ".join(found[:6]) + (f" and {len(found) - 6} more" if len(found) > 6 else "")
+            choices = "pass --resume to continue it, --overwrite" if layout.resumable else "pass --overwrite"
             raise OutputError(
                 directory,
-                f"already holds a {layout.command} run ({shown}); pass --resume to continue it, "
-                "--overwrite to replace it, or choose another output",
+                f"already holds a {layout.command} run ({shown}); {choices} to replace it, or choose another output",
             )
         if found and mode == "overwrite":
             for name in found:
