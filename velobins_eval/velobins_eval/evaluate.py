@@ -18,11 +18,14 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from velobins_net.outputs import RunLayout, open_run_dir, output_mode
 
 from . import metrics
 from .sequence import Sequence
@@ -74,7 +77,11 @@ class GroundTruth:
 
 def load_ekf_config(params_files: list[Path] | None = None):
     """EkfConfig from its defaults plus the ``velobins_ekf: ros__parameters: filter:`` overrides of
-    ROS parameter files (the same files the EKF node loads), applied in order."""
+    ROS parameter files (the same files the EKF node loads), applied in order.
+
+    A file that is missing, not YAML, not a mapping, or that sets an unknown key or a value of
+    the wrong type raises ``ValueError`` naming the file and the key.
+    """
     import dataclasses
 
     import yaml
@@ -82,15 +89,37 @@ def load_ekf_config(params_files: list[Path] | None = None):
     from velobins_ekf.config import EkfConfig
 
     config = EkfConfig()
-    known = {f.name for f in dataclasses.fields(EkfConfig)}
+    types = {f.name: type(getattr(config, f.name)) for f in dataclasses.fields(EkfConfig)}
     for path in params_files or []:
-        doc = yaml.safe_load(Path(path).read_text()) or {}
-        params = (doc.get("velobins_ekf") or {}).get("ros__parameters") or {}
-        overrides = params.get("filter") or {}
-        unknown = set(overrides) - known
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: no such parameter file (--params)")
+        try:
+            doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except (yaml.YAMLError, UnicodeDecodeError) as exc:
+            where = getattr(exc, "problem_mark", None)
+            line = f" (line {where.line + 1})" if where is not None else ""
+            raise ValueError(f"{path}: not a valid YAML parameter file{line}: {exc.__class__.__name__}") from None
+        doc = doc or {}
+        node = doc.get("velobins_ekf") if isinstance(doc, dict) else None
+        params = node.get("ros__parameters") if isinstance(node, dict) else None
+        overrides = params.get("filter") if isinstance(params, dict) else None
+        if not isinstance(doc, dict) or (overrides is not None and not isinstance(overrides, dict)):
+            raise ValueError(f"{path}: expected 'velobins_ekf: ros__parameters: filter:' to be a mapping")
+        overrides = overrides or {}
+        unknown = set(overrides) - set(types)
         if unknown:
             raise ValueError(f"{path}: unknown velobins_ekf filter parameter(s) {sorted(unknown)}")
-        config = dataclasses.replace(config, **overrides)
+        for key, value in overrides.items():
+            numeric = isinstance(value, int | float) and not isinstance(value, bool)
+            if (types[key] is bool) != isinstance(value, bool) or (types[key] is not bool and not numeric):
+                raise ValueError(
+                    f"{path}: field 'velobins_ekf.filter.{key}': expected a {types[key].__name__}, got {value!r}"
+                )
+        try:
+            config = dataclasses.replace(config, **{k: types[k](v) for k, v in overrides.items()})
+        except ValueError as exc:
+            raise ValueError(f"{path}: {exc}") from None
     return config
 
 
@@ -194,62 +223,133 @@ def score(record: FlightRecord, gt: GroundTruth) -> metrics.FlightMetrics:
     )
 
 
-def evaluate_checkpoint(path: Path, seqs: list[Sequence], ekf_config=None, progress: bool = True):
-    """(method label, {flight: record}) of one checkpoint on ``seqs``."""
-    from tqdm import tqdm
+EVALUATE_LAYOUT = RunLayout("evaluate", ("metrics.json", "metrics.md", "config.json", "plots"))
+"""What ``velobins evaluate`` owns in ``--out`` (the report of :mod:`velobins_eval.report`)."""
 
+
+def check_fits(model, path: Path, seqs: list[Sequence]) -> None:
+    """Raise ``ValueError`` unless every flight has the rotor count and kind ``model`` was trained on.
+
+    The input normalisation and the encoder's input width depend on both; a PWM model fed rad/s
+    (or four rotor columns fed to a six-rotor model) scores garbage without any other error.
+    """
+    want = (model.cfg.num_rotors, model.cfg.rotor_kind)
+    for seq in seqs:
+        got = (seq.num_rotors, seq.rotor_kind)
+        if got != want:
+            raise ValueError(
+                f"{path}: checkpoint does not fit flight {seq.source}: it was trained on {want[0]} rotors of kind "
+                f"'{want[1]}', the flight has {got[0]} rotors of kind '{got[1]}'"
+            )
+
+
+def evaluate_checkpoint(path: Path, seqs: list[Sequence], ekf_config=None, progress: bool = True):
+    """(method label, {flight: record}) of one checkpoint on ``seqs`` (checked to fit them first)."""
     from velobins_net.inference import load_checkpoint
+    from velobins_net.progress import progress_bar
 
     from .report import method_label
 
     model = load_checkpoint(path)
+    check_fits(model, path, seqs)
     label = method_label(path)
     records = {}
-    for seq in tqdm(seqs, desc=f"evaluating {label}", unit="flight", disable=not progress):
+    for seq in progress_bar(seqs, desc=f"evaluating {label}", unit="flight", enabled=progress):
         t, v, var = predict_flight(model, seq)
         records[seq.name] = fuse_flight(seq, t, v, var, label, ekf_config)
     return label, records
 
 
-def main_evaluate(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """Options of ``velobins evaluate``."""
+    from .datasets import KINDS
+
     parser = argparse.ArgumentParser(
         prog="velobins evaluate", description="Network-only and EKF-fused metrics of checkpoints on flights."
     )
     parser.add_argument("--checkpoint", action="append", required=True, type=Path, help="checkpoint (repeatable)")
-    parser.add_argument("--dataset", required=True, help="adapter of --data (nanobench, csv, ...)")
-    parser.add_argument("--data", required=True, type=Path, help="directory of flights")
+    parser.add_argument("--dataset", required=True, choices=KINDS, help="adapter of --data")
+    parser.add_argument("--data", required=True, type=Path, help="a flight file or a directory of flights")
     parser.add_argument("--out", required=True, type=Path, help="report directory")
+    parser.add_argument("--overwrite", action="store_true", help="replace the report already in --out")
     parser.add_argument("--no-imu-only", action="store_true", help="skip the IMU-integration baseline")
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
     parser.add_argument(
         "--params", action="append", type=Path, default=[], help="ROS parameter file with velobins_ekf filter overrides"
     )
-    args = parser.parse_args(argv)
+    parser.add_argument(
+        "--allow",
+        action="append",
+        default=[],
+        metavar="CHECK",
+        help="accept flights that fail this plausibility check (see velobins check); recorded in config.json",
+    )
+    return parser
+
+
+def main_evaluate(argv: list[str] | None = None) -> int:
+    """Entry point of ``velobins evaluate``: every input is checked before the first flight is scored."""
+    args = build_parser().parse_args(argv)
+    if args.threads < 1:
+        raise ValueError(f"--threads must be >= 1, got {args.threads}")
     import torch
 
-    from .datasets import load_directory
-    from .report import write_report
+    from velobins_net.checkpoint import read_checkpoint
 
-    torch.set_num_threads(args.threads)
-    seqs = load_directory(args.dataset, args.data)
-    ekf_config = load_ekf_config(args.params)
-    all_records: dict[str, dict[str, FlightRecord]] = {}
+    from .datasets import load_flights
+
     for ckpt in args.checkpoint:
-        label, records = evaluate_checkpoint(ckpt, seqs, ekf_config)
-        all_records[label] = records
-    if not args.no_imu_only:
-        first = next(iter(all_records.values()))
-        all_records["imu-only"] = {s.name: imu_only_flight(s, first[s.name].t, ekf_config) for s in seqs}
-    gts = {s.name: GroundTruth.of(s) for s in seqs}
-    table = write_report(
-        all_records,
-        gts,
-        args.out,
-        {"dataset": args.dataset, "data": str(args.data), "checkpoints": [str(c) for c in args.checkpoint]},
-    )
+        read_checkpoint(ckpt)  # a missing or foreign checkpoint fails before any work
+    ekf_config = load_ekf_config(args.params)
+    mode = output_mode(overwrite=args.overwrite)
+    with open_run_dir(args.out, EVALUATE_LAYOUT, mode):
+        torch.set_num_threads(args.threads)
+        loaded = load_flights(args.dataset, args.data, allow=tuple(args.allow))
+        for item in loaded.skipped:
+            print(f"skipped {item.path}: {item.reason}", file=sys.stderr)
+        seqs = list(loaded.sequences)
+        all_records: dict[str, dict[str, FlightRecord]] = {}
+        for ckpt in args.checkpoint:
+            label, records = evaluate_checkpoint(ckpt, seqs, ekf_config)
+            all_records[label] = records
+        if not args.no_imu_only:
+            first = next(iter(all_records.values()))
+            all_records["imu-only"] = {s.name: imu_only_flight(s, first[s.name].t, ekf_config) for s in seqs}
+        gts = {s.name: GroundTruth.of(s) for s in seqs}
+        config = {
+            "dataset": args.dataset,
+            "data": str(args.data),
+            "checkpoints": [str(c) for c in args.checkpoint],
+            "params": [str(p) for p in args.params],
+            "allowed_checks": list(args.allow),
+            "skipped_flights": [{"path": str(i.path), "reason": i.reason} for i in loaded.skipped],
+        }
+        table = write_report_atomically(all_records, gts, args.out, config)
     print(table)
+    if loaded.skipped:
+        print(f"{len(loaded.skipped)} flight(s) skipped (listed above and in config.json)")
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main_evaluate())
+def write_report_atomically(records, gts, out_dir: Path, config: dict) -> str:
+    """:func:`~velobins_eval.report.write_report` into a staging directory, then move it into ``out_dir``.
+
+    A failure while writing (disk full, Ctrl-C) leaves ``out_dir`` without a partial report.
+    """
+    import shutil
+
+    from velobins_net.outputs import temp_path
+
+    from .report import write_report
+
+    staging = temp_path(out_dir / "report")
+    try:
+        table = write_report(records, gts, staging, config)
+        for entry in sorted(staging.iterdir()):
+            target = out_dir / entry.name
+            if target.is_dir():
+                shutil.rmtree(target)
+            os.replace(entry, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return table

@@ -12,10 +12,10 @@ DistributedDataParallel.
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import json
 import sys
 from pathlib import Path
+
+from velobins_net.outputs import RunLayout, open_run_dir, output_mode, remove_stale_temp_files
 
 from .cli import DATASET_KINDS
 
@@ -51,10 +51,57 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--velocity-range", type=float, help="fixed R [m/s] (default 1.1 x training max)")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"), help="training device")
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
-    p.add_argument("--resume", type=Path, help="checkpoint (last.pt) to resume from")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--resume",
+        nargs="?",
+        const=True,
+        type=Path,
+        metavar="CHECKPOINT",
+        help="continue the run in --out from its last.pt (or from CHECKPOINT)",
+    )
+    p.add_argument(
+        "--overwrite", action="store_true", help="replace the run already in --out (best.pt, last.pt, history.json)"
+    )
+    p.add_argument(
+        "--allow",
+        action="append",
+        default=[],
+        metavar="CHECK",
+        help="accept flights that fail this plausibility check (names: velobins check --help); recorded in the run",
+    )
+    p.add_argument("--no-progress", action="store_true", help="no progress bar or per-epoch lines")
     p.add_argument("--out", required=True, type=Path, help="output directory (best.pt, last.pt, history.json)")
     return p
+
+
+TRAIN_LAYOUT = RunLayout("train", ("best.pt", "last.pt", "history.json"))
+"""What ``velobins train`` owns in ``--out``: a directory holding any of these holds a run."""
+
+CHECKPOINT_RESERVE_BYTES = 16 << 20
+"""Room checked in ``--out`` before training: more than two checkpoints of the default model."""
+
+
+def _resume_path(args: argparse.Namespace) -> Path | None:
+    """The checkpoint to resume from: ``--out/last.pt`` for a bare ``--resume``."""
+    if args.resume is None:
+        return None
+    path = args.out / "last.pt" if args.resume is True else Path(args.resume)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no checkpoint to resume from (--resume)")
+    return path
+
+
+def _lock_output(args: argparse.Namespace):
+    """Lock ``--out`` for this run (rank 0 under torchrun) or return a no-op context."""
+    import contextlib
+    import os
+
+    if int(os.environ.get("RANK", "0")) != 0:
+        return contextlib.nullcontext()
+    mode = output_mode(resume=args.resume is not None, overwrite=args.overwrite)
+    lock = open_run_dir(args.out, TRAIN_LAYOUT, mode, reserve_bytes=CHECKPOINT_RESERVE_BYTES)
+    remove_stale_temp_files(args.out)
+    return lock
 
 
 def split_validation(seqs: list, fraction: float) -> tuple[list, list]:
@@ -66,29 +113,48 @@ def split_validation(seqs: list, fraction: float) -> tuple[list, list]:
 
 
 def main_train(argv: list[str] | None = None) -> int:
+    """Entry point of ``velobins train``; returns the exit status (1 when no epoch scored)."""
     args = build_parser().parse_args(argv)
+    if not 0.0 < args.val_fraction < 1.0:
+        raise ValueError(f"--val-fraction must be in (0, 1), got {args.val_fraction}")
+    if args.threads is not None and args.threads < 1:
+        raise ValueError(f"--threads must be >= 1, got {args.threads}")
+    with _lock_output(args):
+        return _run(args)
+
+
+def _load(args: argparse.Namespace) -> tuple[list, list, list]:
+    """(train flights, validation flights, skipped flights) of the command line's data."""
+    from .datasets import load_flights
+
+    loaded = load_flights(args.dataset, args.data, allow=tuple(args.allow))
+    skipped = list(loaded.skipped)
+    if args.val is not None:
+        val = load_flights(args.dataset, args.val, allow=tuple(args.allow))
+        skipped += val.skipped
+        return list(loaded.sequences), list(val.sequences), skipped
+    train_seqs, val_seqs = split_validation(list(loaded.sequences), args.val_fraction)
+    return train_seqs, val_seqs, skipped
+
+
+def _run(args: argparse.Namespace) -> int:
     import torch
 
     from velobins_net.config import ModelConfig
     from velobins_net.train import TrainConfig, train
     from velobins_net.variants import parse_variant
 
-    from .datasets import load_directory
-
     if args.threads:
         torch.set_num_threads(args.threads)
-    seqs = load_directory(args.dataset, args.data)
-    if args.val is not None:
-        train_seqs, val_seqs = seqs, load_directory(args.dataset, args.val)
-    else:
-        train_seqs, val_seqs = split_validation(seqs, args.val_fraction)
-    if not train_seqs or not val_seqs:
-        raise ValueError(f"no usable flights found (train: {len(train_seqs)}, val: {len(val_seqs)})")
+    resume = _resume_path(args)
+    variant = parse_variant(variant_name(args.variant, args.uncertainty))
+    train_seqs, val_seqs, skipped = _load(args)
     kinds = {s.rotor_kind for s in train_seqs + val_seqs}
     rotors = {s.num_rotors for s in train_seqs + val_seqs}
     if len(kinds) != 1 or len(rotors) != 1:
         raise ValueError(f"flights mix rotor kinds {sorted(kinds)} or rotor counts {sorted(rotors)}")
-    variant = parse_variant(variant_name(args.variant, args.uncertainty))
+    for item in skipped:
+        print(f"skipped {item.path}: {item.reason}", file=sys.stderr)
     model = ModelConfig(
         num_rotors=rotors.pop(),
         rotor_kind=kinds.pop(),
@@ -97,6 +163,9 @@ def main_train(argv: list[str] | None = None) -> int:
         head="reg" if variant.is_regression else "bins",
         uncertainty=variant.uncertainty,
         cov_head="C" in variant.uncertainty,
+    )
+    notes = (f"; skipped {len(skipped)} unusable flight(s)" if skipped else "") + (
+        f"; plausibility checks allowed: {', '.join(args.allow)}" if args.allow else ""
     )
     cfg = TrainConfig(
         model=model,
@@ -110,19 +179,25 @@ def main_train(argv: list[str] | None = None) -> int:
         best_metric=args.best_metric,
         device=args.device,
         velocity_range=args.velocity_range,
-        resume=str(args.resume) if args.resume else None,
+        resume=str(resume) if resume else None,
         progress=not args.no_progress,
         data_description=f"{args.dataset}: train {args.data} ({len(train_seqs)} flights), "
-        f"val {args.val or 'held out'} ({len(val_seqs)} flights)",
+        f"val {args.val or 'held out'} ({len(val_seqs)} flights){notes}",
     )
     print(f"training {cfg.variant} on {len(train_seqs)} flights, validating on {len(val_seqs)} -> {args.out}")
     result = train(cfg, train_seqs, val_seqs, args.out)
-    history = [dataclasses.asdict(h) for h in result.history]
-    (Path(args.out) / "history.json").write_text(json.dumps(history, indent=1))
     if result.history:
         print(f"{'epoch':>5} {'loss':>9} {'val AVE':>8} {'val NLL':>8} {'win/s':>7}")
         for h in result.history:
             print(f"{h.epoch:>5} {h.train_loss:>9.4f} {h.val_ave:>8.4f} {h.val_nll:>8.3f} {h.windows_per_s:>7.0f}")
+    if result.best_epoch < 0:
+        last = result.history[-1].epoch if result.history else None
+        print(
+            f"velobins train: error: no epoch gave a finite validation {args.best_metric}: best.pt was not "
+            f"written ({result.last_path} holds epoch {last}); check the data with 'velobins check'",
+            file=sys.stderr,
+        )
+        return 1
     print(f"best: epoch {result.best_epoch}, val {args.best_metric} {result.best_value:.4f} -> {result.best_path}")
     return 0
 
