@@ -202,6 +202,14 @@ def test_too_short_flight_is_unusable_and_skipped(tmp_path: Path) -> None:
         load_sequence("csv", short)
     assert not isinstance(err.value, PlausibilityError)
     assert len(load_sequence("csv", short, allow=["duration"])) == 81
+    short_in_g = circle_flight(seconds=0.8)
+    short_in_g["acc"] /= G
+    seq = make_sequence(short_in_g)
+    with pytest.raises(UnusableFlightError):  # skipped whatever else is wrong: it is never used
+        check_flight(seq)
+    assert inspect_flight(seq).blocking().check == "duration"
+    with pytest.raises(PlausibilityError, match="specific_force"):
+        check_flight(seq, allow=["duration"])
     with pytest.warns(UserWarning, match=r"a_short\.csv"):
         result = load_flights("csv", tmp_path)
     assert [s.name for s in result.sequences] == ["b_good"]

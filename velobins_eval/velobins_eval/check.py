@@ -30,7 +30,15 @@ from typing import NoReturn
 from velobins_eval.datasets import KINDS, flight_files, guess_kind, load_sequence
 from velobins_eval.datasets.errors import UnusableFlightError
 from velobins_eval.sequence import SequenceError
-from velobins_eval.validate import CHECKS, DEFAULT_LIMITS, Finding, FlightInspection, PlausibilityLimits, parse_allow
+from velobins_eval.validate import (
+    CHECKS,
+    DEFAULT_LIMITS,
+    Finding,
+    FlightInspection,
+    PlausibilityLimits,
+    inspect_flight,
+    parse_allow,
+)
 
 VERDICTS = ("ok", "allowed", "skip", "FAIL")
 """Possible verdicts of a flight."""
@@ -73,8 +81,6 @@ def check_file(
     kind: str, path: Path, label: str, allowed: frozenset[str], limits: PlausibilityLimits = DEFAULT_LIMITS
 ) -> FlightReport:
     """Load and inspect one flight; never raises for a bad file (the verdict says it)."""
-    from velobins_eval.validate import inspect_flight
-
     try:
         seq = load_sequence(kind, path, validate=False)
     except UnusableFlightError as exc:
@@ -90,7 +96,7 @@ def check_file(
     if blocking is not None:
         others = [f.check for f in inspection.findings if f is not blocking and f.check not in allowed]
         more = f" (+{len(others)} more: {', '.join(others)})" if others else ""
-        verdict = "skip" if blocking.check == "duration" else "FAIL"
+        verdict = "FAIL" if blocking.fatal else "skip"
         return FlightReport(path, label, verdict, _describe(blocking) + more, inspection)
     if inspection.findings:
         reason = "; ".join(_describe(f) for f in inspection.findings)

@@ -130,9 +130,14 @@ class FlightInspection:
     findings: list[Finding] = field(default_factory=list)
 
     def blocking(self, allow: Iterable[str] = ()) -> Finding | None:
-        """The first finding that ``allow`` does not override (a fatal one, or a too-short flight)."""
+        """The finding :func:`check_flight` raises for, given ``allow``; ``None`` if it passes.
+
+        A too-short flight comes first (it is skipped whatever else is wrong with it), then the
+        first fatal finding not overridden.
+        """
         allowed = parse_allow(allow)
-        return next((f for f in self.findings if f.check not in allowed), None)
+        pending = [f for f in self.findings if f.check not in allowed]
+        return next((f for f in pending if not f.fatal), pending[0] if pending else None)
 
     def to_dict(self) -> dict[str, object]:
         """Plain JSON-ready dict."""
@@ -366,14 +371,12 @@ def check_flight(
         PlausibilityError: the first other finding not allowed (file, field, row, value, cause).
         ValueError: an unknown name in ``allow``.
     """
-    allowed = parse_allow(allow)
     inspection = inspect_flight(seq, limits)
-    short = next((f for f in inspection.findings if f.check == "duration"), None)
-    if short is not None and "duration" not in allowed:
-        err = UnusableFlightError(seq.source, short.field, short.message, short.row)
-        err.args = (f"{err.args[0]} [check 'duration'; --allow duration overrides]",)
+    blocking = inspection.blocking(allow)
+    if blocking is None:
+        return inspection
+    if not blocking.fatal:
+        err = UnusableFlightError(seq.source, blocking.field, blocking.message, blocking.row)
+        err.args = (f"{err.args[0]} [check '{blocking.check}'; --allow {blocking.check} overrides]",)
         raise err
-    blocking = inspection.blocking(allowed)
-    if blocking is not None:
-        raise PlausibilityError(seq.source, blocking)
-    return inspection
+    raise PlausibilityError(seq.source, blocking)
