@@ -13,18 +13,30 @@ Header stamps are the data's timestamps. ROS treats time zero as "unset", so a f
 stamp is below :data:`MIN_STAMP` (simulated flights start at 0 s) is shifted by
 :data:`STAMP_OFFSET`; the shift is stored in the bag's custom metadata and removed on reading, so
 the round trip is exact. Sequence metadata travels in the custom metadata too.
+
+A bag is written whole or not at all: :func:`write_bag` checks every stamp fits a ROS time
+(int32 seconds) before it starts, writes into a temporary directory beside the target and renames
+it into place only when complete, so a failed or interrupted conversion (Ctrl-C included) leaves
+nothing at the output, and ``overwrite=True`` replaces an earlier bag only once the new one is
+complete. :func:`read_bag` reports a missing, truncated or corrupt bag as one :class:`BagError`
+naming it.
 """
 
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from rosbags.rosbag2 import Reader, StoragePlugin, Writer
 from rosbags.typesys import Stores, get_types_from_msg, get_typestore
 from rosbags.typesys.store import Typestore
+
+from velobins_net.outputs import atomic_path
 
 from .metrics import interp_columns
 from .sequence import Sequence
@@ -39,6 +51,8 @@ MIN_STAMP = 1.0
 """First stamps below this [s] are shifted so that no message carries ROS's "unset" time."""
 STAMP_OFFSET = 1000.0
 """Shift [s] applied to flights that start before :data:`MIN_STAMP`."""
+MAX_STAMP = float(2**31 - 1)
+"""Largest stamp [s] a ROS 2 ``builtin_interfaces/Time`` holds (``sec`` is an int32)."""
 
 ROTOR_MSG = "velobins_msgs/msg/RotorSpeeds"
 VELOCITY_MSG = "velobins_msgs/msg/VelocityEstimate"
@@ -49,7 +63,7 @@ _META_KEY = "velobins.sequence"
 
 
 class BagError(ValueError):
-    """A bag cannot be read as a VeloBins flight (names the bag and what is missing)."""
+    """A flight cannot be written as a bag, or a bag read as a flight (names the file and what is wrong)."""
 
 
 def _msg_dir() -> Path:
@@ -114,15 +128,77 @@ class BagInfo:
     stamp_offset: float
 
 
-def write_bag(seq: Sequence, path: str | Path, storage: str = "mcap") -> BagInfo:
-    """Write ``seq`` to a new rosbag2 directory ``path`` (must not exist)."""
+def check_stamps(seq: Sequence, offset: float = 0.0) -> None:
+    """Raise :class:`BagError` unless every stamp of ``seq`` (plus ``offset``) fits a ROS time.
+
+    The message names the flight's source, the field ``t`` and the first bad row, like a
+    :class:`~velobins_eval.sequence.SequenceError`.
+    """
+    t = seq.t + offset
+    bad = ~((t >= 0.0) & (t <= MAX_STAMP))
+    if bad.any():
+        row = int(np.argmax(bad))
+        shift = f" (+{offset:g} s shift)" if offset else ""
+        raise BagError(
+            f"{seq.source}: field 't': stamp {seq.t[row]:.6g} s{shift} does not fit a ROS 2 time "
+            f"(0 to {MAX_STAMP:.0f} s: int32 seconds); are the stamps in seconds? (first bad row {row})"
+        )
+
+
+def check_output(path: str | Path, overwrite: bool = False) -> None:
+    """Raise ``FileExistsError`` if ``path`` may not receive a new bag.
+
+    Without ``overwrite`` anything at ``path`` is refused; with it only an earlier bag (a folder
+    holding ``metadata.yaml``) may be replaced, never a regular file or another folder.
+    """
     path = Path(path)
-    if path.exists():
-        raise FileExistsError(f"{path}: output bag already exists")
+    if not (path.exists() or path.is_symlink()):
+        return
+    if not overwrite:
+        raise FileExistsError(f"{path}: output bag already exists; pass --overwrite to replace it")
+    if path.is_symlink() or not path.is_dir():
+        raise FileExistsError(f"{path}: exists and is not a bag folder; not replacing it")
+    if not (path / "metadata.yaml").is_file():
+        raise FileExistsError(f"{path}: is a folder but not a rosbag2 (no metadata.yaml); not replacing it")
+
+
+def write_bag(seq: Sequence, path: str | Path, storage: str = "mcap", *, overwrite: bool = False) -> BagInfo:
+    """Write ``seq`` to a rosbag2 directory ``path``, atomically (module docstring).
+
+    Args:
+        seq: the flight.
+        path: the bag directory; must not exist unless ``overwrite`` (then it must be a bag).
+        storage: ``"mcap"`` or ``"sqlite3"``.
+        overwrite: replace an earlier bag at ``path`` once the new one is complete.
+
+    Raises:
+        FileExistsError: ``path`` exists (see :func:`check_output`).
+        BagError: a stamp does not fit a ROS time (names the source, ``t`` and the row).
+    """
+    path = Path(path)
+    check_output(path, overwrite)
+    offset = STAMP_OFFSET if seq.t[0] < MIN_STAMP else 0.0
+    check_stamps(seq, offset)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path, directory=True) as tmp:
+        # The storage file is named after its folder, so the bag is written one level down under
+        # the final name and its files moved up: no temporary name inside a finished bag.
+        tmp.mkdir()
+        inner = tmp / path.name
+        count = _write_messages(seq, inner, storage, offset)
+        staged = tmp / ".staged"
+        os.replace(inner, staged)
+        for entry in staged.iterdir():
+            os.replace(entry, tmp / entry.name)
+        staged.rmdir()
+    return BagInfo(path=path, messages=count, stamp_offset=offset)
+
+
+def _write_messages(seq: Sequence, path: Path, storage: str, offset: float) -> int:
+    """Write the flight's messages to a new bag at ``path``; return the message count."""
     plugin = {"mcap": StoragePlugin.MCAP, "sqlite3": StoragePlugin.SQLITE3}[storage]
     store = typestore()
     T = store.types
-    offset = STAMP_OFFSET if seq.t[0] < MIN_STAMP else 0.0
     cov0 = np.zeros(9)
     imu_ori_cov = np.zeros(9)
     imu_ori_cov[0] = -1.0
@@ -178,7 +254,7 @@ def write_bag(seq: Sequence, path: str | Path, storage: str = "mcap") -> BagInfo
             )
             writer.write(c_gt, ns, store.serialize_cdr(odom, c_gt.msgtype))
             count += 3
-    return BagInfo(path=path, messages=count, stamp_offset=offset)
+    return count
 
 
 def _stamp_s(header) -> float:
@@ -189,28 +265,34 @@ def read_bag(path: str | Path) -> Sequence:
     """Read a bag written by :func:`write_bag` (or any bag with the three topics) into a Sequence.
 
     IMU stamps define ``t``; rotor and ground truth are linearly interpolated onto them when their
-    stamps differ (they coincide for bags made by :func:`write_bag`).
+    stamps differ (they coincide for bags made by :func:`write_bag`). ``path`` is the bag folder
+    or the storage file inside it.
+
+    Raises:
+        BagError: no such bag, not a rosbag2 folder, a truncated or corrupt file, missing topics.
     """
-    path = Path(path)
+    path = _bag_dir(Path(path))
     store = typestore()
     imu_rows: list[tuple[float, float, float, float, float, float, float]] = []
     rotor_t: list[float] = []
     rotor_v: list[np.ndarray] = []
     rotor_codes: set[int] = set()
     gt_rows: list[list[float]] = []
-    with Reader(path) as reader:
-        meta = _custom_metadata(path)
+    meta = _custom_metadata(path)
+    reader = _open_reader(path)
+    try:
         topics = {c.topic for c in reader.connections}
         missing = {TOPIC_IMU, TOPIC_ROTOR, TOPIC_GT} - topics
         if missing:
             raise BagError(f"{path}: missing topic(s) {sorted(missing)}; found {sorted(topics)}")
         conns = [c for c in reader.connections if c.topic in (TOPIC_IMU, TOPIC_ROTOR, TOPIC_GT)]
-        for conn, _, raw in reader.messages(connections=conns):
-            msg = store.deserialize_cdr(raw, conn.msgtype)
-            if conn.topic == TOPIC_IMU:
+        for topic, msg in _messages(path, reader, conns, store):
+            if topic == TOPIC_IMU:
                 a, w = msg.linear_acceleration, msg.angular_velocity
                 imu_rows.append((_stamp_s(msg.header), a.x, a.y, a.z, w.x, w.y, w.z))
-            elif conn.topic == TOPIC_ROTOR:
+            elif topic == TOPIC_ROTOR:
+                if msg.kind not in (KIND_RAD_PER_SEC, KIND_RPM, KIND_NORMALIZED):
+                    raise BagError(f"{path}: {TOPIC_ROTOR} has unknown kind {msg.kind}")
                 rotor_t.append(_stamp_s(msg.header))
                 speeds = np.asarray(msg.speeds, dtype=np.float64)
                 rotor_codes.add(int(msg.kind))
@@ -218,6 +300,8 @@ def read_bag(path: str | Path) -> Sequence:
             else:
                 p, q, v = msg.pose.pose.position, msg.pose.pose.orientation, msg.twist.twist.linear
                 gt_rows.append([_stamp_s(msg.header), p.x, p.y, p.z, q.x, q.y, q.z, q.w, v.x, v.y, v.z])
+    finally:
+        reader.close()
     for topic, rows in ((TOPIC_IMU, imu_rows), (TOPIC_ROTOR, rotor_t), (TOPIC_GT, gt_rows)):
         if len(rows) < 2:
             raise BagError(f"{path}: topic {topic} has {len(rows)} message(s); need at least 2")
@@ -254,10 +338,59 @@ def read_bag(path: str | Path) -> Sequence:
     )
 
 
+def _bag_dir(path: Path) -> Path:
+    """The rosbag2 folder ``path`` names (itself, or the folder of a storage file in it)."""
+    if path.is_file() and (path.parent / "metadata.yaml").is_file():
+        return path.parent
+    if not path.exists():
+        raise BagError(f"{path}: no such bag")
+    if not path.is_dir() or not (path / "metadata.yaml").is_file():
+        raise BagError(f"{path}: not a rosbag2 folder (no metadata.yaml)")
+    return path
+
+
+def _open_reader(path: Path) -> Reader:
+    """An opened rosbags Reader on ``path``; :class:`BagError` when the bag cannot be opened."""
+    reader = Reader(path)
+    try:
+        reader.open()
+    except Exception as exc:  # rosbags raises several types for unreadable bags
+        raise BagError(f"{path}: not a readable rosbag2 ({_describe(exc)})") from None
+    return reader
+
+
+def _messages(path: Path, reader: Reader, conns: list[Any], store: Typestore) -> Iterator[tuple[str, Any]]:
+    """(topic, message) pairs; an error inside rosbags' reader or deserialiser is a corrupt bag."""
+    messages = reader.messages(connections=conns)
+    while True:
+        try:
+            item = next(messages, None)
+            if item is None:
+                return
+            conn, _ts, raw = item
+            msg = store.deserialize_cdr(raw, conn.msgtype)
+        except Exception as exc:  # a third-party parser on untrusted bytes
+            raise BagError(f"{path}: cannot read: truncated or corrupt bag ({_describe(exc)})") from None
+        yield conn.topic, msg
+
+
+def _describe(exc: BaseException) -> str:
+    from .datasets.errors import describe
+
+    return describe(exc)
+
+
 def _custom_metadata(path: Path) -> dict:
     """The VeloBins entry of the bag's ``custom_data`` (rosbag2 metadata.yaml), or {} if absent."""
     import yaml
 
-    info = yaml.safe_load((path / "metadata.yaml").read_text()) or {}
-    custom = (info.get("rosbag2_bagfile_information") or {}).get("custom_data") or {}
-    return json.loads(custom.get(_META_KEY, "{}"))
+    meta_file = path / "metadata.yaml"
+    try:
+        info = yaml.safe_load(meta_file.read_text(encoding="utf-8")) or {}
+        custom = (info.get("rosbag2_bagfile_information") or {}).get("custom_data") or {}
+        meta = json.loads(custom.get(_META_KEY, "{}"))
+    except (yaml.YAMLError, UnicodeDecodeError, AttributeError, TypeError, ValueError) as exc:
+        raise BagError(f"{meta_file}: not a readable rosbag2 metadata file ({_describe(exc)})") from None
+    if not isinstance(meta, dict):
+        raise BagError(f"{meta_file}: custom_data {_META_KEY} is not a JSON object")
+    return meta

@@ -24,11 +24,29 @@ DATASET_KINDS = ("nanobench", "aiio", "tiiratm", "neurobem", "csv")
 
 
 def _cmd_convert(args: argparse.Namespace) -> int:
-    from .bag import write_bag
+    """Convert one flight to a bag: output checked before any work, bag written whole or not at all."""
+    import contextlib
+
+    from velobins_net.outputs import OutputError, check_writable
+
+    from .bag import check_output, write_bag
     from .datasets import load_sequence
 
+    output = Path(args.output)
+    check_output(output, args.overwrite)
+    existing = next(p for p in (output.parent, *output.parent.parents) if p.exists() or p.is_symlink())
+    if not existing.is_dir():
+        raise OutputError(output, f"cannot create the bag: {existing} is a regular file, not a folder")
+    check_writable(existing)
     seq = load_sequence(args.dataset, args.input)
-    info = write_bag(seq, args.output, storage=args.storage)
+    created = [p for p in (output.parent, *output.parent.parents) if not p.exists()]
+    try:
+        info = write_bag(seq, output, storage=args.storage, overwrite=args.overwrite)
+    except BaseException:
+        for folder in created:  # parents this run made: a failed convert leaves nothing behind
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        raise
     print(
         f"{args.output}: {info.messages} messages, {seq.duration:.1f} s of '{seq.name}' "
         f"({len(seq)} IMU samples at {seq.rate_hz:.0f} Hz, {seq.num_rotors} rotors, {seq.rotor_kind})"
@@ -41,8 +59,15 @@ def _add_convert(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("convert", help="convert a flight to a rosbag2 (/imu, /rotor_speeds, /ground_truth/odometry)")
     p.add_argument("--dataset", required=True, choices=DATASET_KINDS, help="adapter that reads --input")
     p.add_argument("--input", required=True, type=Path, help="flight file (or bag/dir, per adapter)")
-    p.add_argument("--output", required=True, type=Path, help="output bag directory (must not exist)")
+    p.add_argument(
+        "--output", required=True, type=Path, help="output bag directory (must not exist unless --overwrite)"
+    )
     p.add_argument("--storage", default="mcap", choices=("mcap", "sqlite3"), help="rosbag2 storage plugin")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an existing bag at --output (only once the new one is complete)",
+    )
     p.set_defaults(func=_cmd_convert)
 
 
