@@ -111,10 +111,13 @@ def _read_hdf5(source: str, keys: tuple[str, ...]) -> dict[str, np.ndarray]:
                 node = fh[key]
                 if not isinstance(node, h5py.Dataset):
                     raise DatasetError(source, key, f"is an HDF5 {type(node).__name__}, expected a dataset")
+                if node.dtype.kind not in "biuf":
+                    raise DatasetError(source, key, f"not numeric (HDF5 type {node.dtype})")
                 try:
                     arrays[key] = np.asarray(node, dtype=np.float64)
-                except (ValueError, TypeError) as exc:
-                    raise DatasetError(source, key, f"not numeric ({describe(exc)})") from None
+                except corrupt as exc:
+                    what = f"cannot read: truncated or corrupt HDF5 ({describe(exc)})"
+                    raise DatasetError(source, key, what) from None
     except corrupt as exc:
         raise DatasetError(source, "<file>", f"cannot read: truncated or corrupt HDF5 ({describe(exc)})") from None
     return arrays
