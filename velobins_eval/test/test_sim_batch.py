@@ -12,6 +12,7 @@ from velobins_eval.datasets.csv_format import read_csv
 from velobins_eval.sim import FAMILIES, flight_plan, simulate_flight, simulate_many
 from velobins_eval.sim.batch import MANIFEST_NAME
 from velobins_eval.sim.cli import main_simulate
+from velobins_net.outputs import OutputError
 
 _FIELDS = ("t", "acc", "gyro", "rotor", "p", "q", "v")
 
@@ -41,7 +42,7 @@ def test_worker_count_does_not_change_the_flights(tmp_path: Path) -> None:
         sa, sb = read_csv(a), read_csv(b)
         for field in _FIELDS:
             assert np.array_equal(getattr(sa, field), getattr(sb, field)), (a.name, field)
-    assert not list((tmp_path / "two").glob(".*.part"))  # no temporary files left behind
+    assert not [f.name for f in (tmp_path / "two").iterdir() if f.name.startswith(".")]  # no temp or lock files
     # The file holds exactly the flight simulate_flight returns for the planned seed.
     spec = flight_plan(3, seed=9)[1]
     direct = simulate_flight("nano", spec.family, 2.5, spec.seed, index=spec.index)
@@ -53,12 +54,17 @@ def test_worker_count_does_not_change_the_flights(tmp_path: Path) -> None:
         assert np.array_equal(getattr(back, field), getattr(direct, field)), field
 
 
-def test_manifest_and_stale_flights(tmp_path: Path) -> None:
+def test_manifest_and_earlier_runs(tmp_path: Path) -> None:
     out = tmp_path / "sim"
     out.mkdir()
-    (out / "sim_star_041.csv").write_text("stale flight of an earlier, longer run\n")
+    (out / "sim_star_041.csv").write_text("flight of an earlier, longer run\n")
     (out / "notes.csv").write_text("not ours\n")
-    paths = simulate_many("nano", 2, 2.0, seed=5, out_dir=out, workers=1, progress=False)
+    # An earlier run is never deleted silently: refused, naming its files, nothing touched.
+    with pytest.raises(OutputError, match=r"sim_star_041\.csv.*--overwrite"):
+        simulate_many("nano", 2, 2.0, seed=5, out_dir=out, workers=1, progress=False)
+    assert sorted(p.name for p in out.iterdir()) == ["notes.csv", "sim_star_041.csv"]
+    # overwrite replaces the whole earlier set (and only it).
+    paths = simulate_many("nano", 2, 2.0, seed=5, out_dir=out, workers=1, progress=False, overwrite=True)
     assert sorted(p.name for p in out.glob("*.csv")) == sorted([*(p.name for p in paths), "notes.csv"])
     manifest = json.loads((out / MANIFEST_NAME).read_text())
     assert manifest["preset"] == "nano" and manifest["seed"] == 5 and manifest["flights"] == 2
@@ -67,6 +73,7 @@ def test_manifest_and_stale_flights(tmp_path: Path) -> None:
     assert [e["file"] for e in manifest["sequences"]] == [p.name for p in paths]
     assert manifest["sequences"][1]["family"] == "figure8"
     assert manifest["sequences"][0]["trajectory"]["speed_target"] > 0.0
+    assert not [p.name for p in out.iterdir() if p.name.startswith(".")]  # lock released, no temp files
 
 
 def test_cli_writes_the_requested_flights(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

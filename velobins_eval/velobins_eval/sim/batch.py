@@ -6,33 +6,39 @@ whatever the number of workers or the order the flights finish in. Workers are s
 started with ``spawn`` (safe with threads and on every OS); a flight that diverges stops the run with
 an error naming it.
 
-The output folder holds exactly one run: flights of an earlier run there (files named like
-``sim_<family>_<NNN>.csv`` that this run does not write) are removed, and :data:`MANIFEST_NAME`
-records the run arguments and each flight's seed, drawn trajectory parameters and tracking error
-(the CSV header keeps only platform, gravity and dataset).
+The output folder holds exactly one run (:data:`LAYOUT`: ``sim_*.csv``, ``sim_*.csv.gz`` and
+:data:`MANIFEST_NAME`). A folder that already holds one is refused unless ``overwrite=True``
+(``velobins simulate --overwrite``), which replaces the whole earlier set; other files there are
+left alone. The folder is locked for the run (a second simulate into it fails at once), each CSV
+is written under a temporary name unique to its process and renamed when complete, and a run that
+fails or is interrupted removes the flights it wrote, so the folder never holds half a run.
+:data:`MANIFEST_NAME` records the run arguments and each flight's seed, drawn trajectory
+parameters and tracking error (the CSV header keeps only platform, gravity and dataset).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing
 import os
-import re
 from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from tqdm import tqdm
 
 from velobins_eval.sim.flight import flight_name, simulate_flight
 from velobins_eval.sim.presets import Preset, get_preset
 from velobins_eval.sim.trajectories import FAMILIES
+from velobins_net.outputs import RunLayout, atomic_path, atomic_write_text, open_run_dir, remove_stale_temp_files
+from velobins_net.progress import progress_bar
 
 MANIFEST_NAME = "simulation.json"
 """Run manifest written next to the CSV files."""
 
-_FLIGHT_FILE = re.compile(r"^sim_[a-z0-9]+_\d{3,}\.csv$")
+LAYOUT = RunLayout("simulate", ("sim_*.csv", "sim_*.csv.gz", MANIFEST_NAME), resumable=False)
+"""What a simulate run owns in its output folder (refused without, replaced with ``overwrite``)."""
 _MANIFEST_KEYS = ("family", "seed", "index", "trajectory", "tracking_rms", "max_speed", "platform", "rate_hz")
 
 
@@ -72,24 +78,16 @@ def _simulate_to_csv(
 ) -> tuple[Path, dict[str, object]]:
     """Worker job: simulate one flight, write it, return its path and manifest entry.
 
-    The CSV is written under a temporary name first, so an interrupted run leaves no half-written flight.
+    The CSV is written under a temporary name unique to this process first (removed if the write
+    fails or is interrupted), so a reader never sees a half-written flight.
     """
     from velobins_eval.datasets.csv_format import write_csv
 
     seq = simulate_flight(preset, spec.family, seconds, spec.seed, index=spec.index, noise=noise)
     path = out_dir / f"{spec.name}.csv"
-    tmp = out_dir / f".{spec.name}.csv.part"
-    write_csv(seq, tmp)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        write_csv(seq, tmp)
     return path, {"name": seq.name, "file": path.name, **{k: seq.metadata[k] for k in _MANIFEST_KEYS}}
-
-
-def _remove_stale_flights(out_dir: Path, plan: list[FlightSpec]) -> None:
-    """Delete ``sim_<family>_<NNN>.csv`` files of an earlier run that this run will not overwrite."""
-    keep = {f"{spec.name}.csv" for spec in plan}
-    for path in out_dir.iterdir():
-        if path.is_file() and _FLIGHT_FILE.match(path.name) and path.name not in keep:
-            path.unlink()
 
 
 def simulate_many(
@@ -102,6 +100,7 @@ def simulate_many(
     *,
     noise: bool = True,
     progress: bool = True,
+    overwrite: bool = False,
 ) -> list[Path]:
     """Simulate ``flights`` flights of ``seconds`` each and write ``out_dir/sim_<family>_<i>.csv``.
 
@@ -110,37 +109,73 @@ def simulate_many(
         flights: number of flights (families cycle through :data:`FAMILIES`).
         seconds: duration of each flight [s].
         seed: run seed; the output depends only on it (and the other arguments), not on ``workers``.
-        out_dir: output folder (created if missing; simulated flights of an earlier run are replaced or removed).
+        out_dir: output folder (created if missing); it must not hold an earlier simulate run
+            unless ``overwrite`` (module docstring).
         workers: worker processes; ``None`` uses every core, ``1`` runs in this process.
         noise: simulate IMU and rotor-signal noise (see :func:`~velobins_eval.sim.flight.simulate_flight`).
-        progress: show a tqdm progress bar.
+        progress: show a progress bar (drawn on a terminal only).
+        overwrite: replace the earlier run's flights and manifest in ``out_dir`` (all of them).
 
     Returns:
         The CSV paths in flight order.
 
     Raises:
-        SimulationError: a flight diverged (the message names it); flights not yet started are cancelled.
+        OutputError: ``out_dir`` holds an earlier run (without ``overwrite``; the message names its
+            files), is locked by another writer, is a file or lies under one, or is not writable.
+        SimulationError: a flight diverged (the message names it); flights not yet started are
+            cancelled and the flights this run wrote are removed.
     """
     preset = get_preset(preset)
     if seconds <= 0:
         raise ValueError(f"simulate_many: seconds must be positive, got {seconds}")
     plan = flight_plan(flights, seed)
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     n_workers = min(len(plan), workers if workers is not None else (os.cpu_count() or 1))
     if n_workers < 1:
         raise ValueError(f"simulate_many: workers must be >= 1, got {workers}")
-    _remove_stale_flights(out, plan)
-    bar = tqdm(total=len(plan), desc=f"simulate {preset.name}", unit="flight", disable=not progress)
+    created = not out.exists()
+    try:
+        with open_run_dir(out, LAYOUT, "overwrite" if overwrite else "new"):
+            remove_stale_temp_files(out)
+            try:
+                results = _run_plan(preset, plan, seconds, out, noise, n_workers, progress)
+                manifest = {
+                    "preset": preset.name,
+                    "flights": len(plan),
+                    "seconds": seconds,
+                    "seed": int(seed),
+                    "noise": bool(noise),
+                    "sequences": [results[spec.index][1] for spec in plan],
+                }
+                atomic_write_text(out / MANIFEST_NAME, json.dumps(manifest, indent=1) + "\n")
+            except BaseException:
+                for spec in plan:  # a failed run leaves no partial set (the folder held no run before)
+                    with contextlib.suppress(FileNotFoundError):
+                        (out / f"{spec.name}.csv").unlink()
+                raise
+    except BaseException:
+        if created:  # nor the folder it made (only if nothing else landed in it)
+            with contextlib.suppress(OSError):
+                out.rmdir()
+        raise
+    return [results[spec.index][0] for spec in plan]
+
+
+def _run_plan(
+    preset: Preset, plan: list[FlightSpec], seconds: float, out: Path, noise: bool, n_workers: int, progress: bool
+) -> dict[int, tuple[Path, dict[str, object]]]:
+    """Simulate and write every flight of ``plan``; flight index -> (path, manifest entry)."""
+    bar = progress_bar(total=len(plan), desc=f"simulate {preset.name}", unit="flight", enabled=progress)
     results: dict[int, tuple[Path, dict[str, object]]] = {}
     try:
         if n_workers == 1:
             for spec in plan:
                 results[spec.index] = _simulate_to_csv(preset, spec, seconds, out, noise)
                 bar.update(1)
-        else:
-            context = multiprocessing.get_context("spawn")
-            with ProcessPoolExecutor(max_workers=n_workers, mp_context=context) as pool:
+            return results
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=n_workers, mp_context=context) as pool:
+            try:
                 futures = {pool.submit(_simulate_to_csv, preset, spec, seconds, out, noise): spec for spec in plan}
                 pending = set(futures)
                 while pending:
@@ -148,19 +183,14 @@ def simulate_many(
                     for fut in sorted(done, key=lambda f: futures[f].index):
                         exc = fut.exception()
                         if exc is not None:
-                            pool.shutdown(wait=False, cancel_futures=True)
                             raise exc
                         results[futures[fut].index] = fut.result()
                         bar.update(1)
+            except BaseException:
+                # Start nothing more; leaving the with-block then waits for the running flights,
+                # so the caller's cleanup sees every file this run will ever write.
+                pool.shutdown(wait=False, cancel_futures=True)
+                raise
+        return results
     finally:
         bar.close()
-    manifest = {
-        "preset": preset.name,
-        "flights": len(plan),
-        "seconds": seconds,
-        "seed": int(seed),
-        "noise": bool(noise),
-        "sequences": [results[spec.index][1] for spec in plan],
-    }
-    (out / MANIFEST_NAME).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
-    return [results[spec.index][0] for spec in plan]

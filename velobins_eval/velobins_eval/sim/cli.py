@@ -2,6 +2,10 @@
 
 The lead's ``velobins`` command wires its ``simulate`` sub-command to :func:`main_simulate`
 (or attaches :func:`add_simulate_arguments` to its own sub-parser and calls :func:`run_simulate`).
+
+``--out`` holds one run: a folder that already holds simulated flights (``sim_*.csv``) or a
+manifest is refused (exit 2, naming them) unless ``--overwrite`` replaces the whole earlier set.
+A run that fails or is interrupted removes the flights it wrote.
 """
 
 from __future__ import annotations
@@ -14,16 +18,22 @@ from pathlib import Path
 from velobins_eval.sim.batch import simulate_many
 from velobins_eval.sim.flight import SimulationError
 from velobins_eval.sim.presets import PRESETS
+from velobins_net.outputs import OutputError
 
 
 def add_simulate_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """Add ``--preset --flights --seconds --seed --out --workers`` to ``parser`` and return it."""
+    """Add ``--preset --flights --seconds --seed --out --workers --overwrite`` to ``parser`` and return it."""
     parser.add_argument("--preset", choices=sorted(PRESETS), default="nano", help="simulated platform (default: nano)")
     parser.add_argument("--flights", type=int, default=40, help="number of flights (default: 40)")
     parser.add_argument("--seconds", type=float, default=60.0, help="duration of each flight in s (default: 60)")
     parser.add_argument("--seed", type=int, default=0, help="run seed; output depends only on it (default: 0)")
     parser.add_argument("--out", type=Path, required=True, help="output folder for sim_<family>_<i>.csv")
     parser.add_argument("--workers", type=int, default=None, help="worker processes (default: all cores)")
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the simulated flights and manifest of an earlier run in --out (all of them)",
+    )
     return parser
 
 
@@ -34,10 +44,18 @@ def run_simulate(args: argparse.Namespace) -> int:
         return 2
     start = time.perf_counter()
     try:
-        paths = simulate_many(args.preset, args.flights, args.seconds, args.seed, args.out, workers=args.workers)
+        paths = simulate_many(
+            args.preset, args.flights, args.seconds, args.seed, args.out, workers=args.workers, overwrite=args.overwrite
+        )
+    except OutputError as exc:
+        print(f"velobins simulate: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 2
     except SimulationError as exc:
         print(f"velobins simulate: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print(f"velobins simulate: interrupted; the flights of this run were removed from {args.out}", file=sys.stderr)
+        return 130
     wall = time.perf_counter() - start
     simulated = args.flights * args.seconds
     print(
