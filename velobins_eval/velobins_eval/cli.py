@@ -38,7 +38,7 @@ def _cmd_convert(args: argparse.Namespace) -> int:
     if not existing.is_dir():
         raise OutputError(output, f"cannot create the bag: {existing} is a regular file, not a folder")
     check_writable(existing)
-    seq = load_sequence(args.dataset, args.input)
+    seq = load_sequence(args.dataset, args.input, allow=tuple(args.allow))
     created = [p for p in (output.parent, *output.parent.parents) if not p.exists()]
     try:
         info = write_bag(seq, output, storage=args.storage, overwrite=args.overwrite)
@@ -63,6 +63,13 @@ def _add_convert(sub: argparse._SubParsersAction) -> None:
         "--output", required=True, type=Path, help="output bag directory (must not exist unless --overwrite)"
     )
     p.add_argument("--storage", default="mcap", choices=("mcap", "sqlite3"), help="rosbag2 storage plugin")
+    p.add_argument(
+        "--allow",
+        action="append",
+        default=[],
+        metavar="CHECK",
+        help="convert a flight that fails this plausibility check (names: velobins check --help)",
+    )
     p.add_argument(
         "--overwrite",
         action="store_true",
@@ -137,6 +144,7 @@ def user_error_message(exc: BaseException) -> str | None:
     if isinstance(exc, ValueError):
         return " ".join(str(exc).split())
     return None
+
 
 if __name__ == "__main__":
     sys.exit(main())
