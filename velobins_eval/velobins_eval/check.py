@@ -39,6 +39,7 @@ from velobins_eval.validate import (
     inspect_flight,
     parse_allow,
 )
+from velobins_net.outputs import atomic_write_text
 
 VERDICTS = ("ok", "allowed", "skip", "FAIL")
 """Possible verdicts of a flight."""
@@ -203,7 +204,7 @@ def write_json(path: Path, kind: str, root: Path, allow: list[str], reports: lis
         "summary": summary(reports),
         "flights": flights,
     }
-    path.write_text(json.dumps(_jsonable(doc), indent=1) + "\n", encoding="utf-8")
+    atomic_write_text(path, json.dumps(_jsonable(doc), indent=1) + "\n")
 
 
 # ------------------------------------------------------------------------------------- command

@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from velobins_net.outputs import atomic_path, atomic_write_text
+
 from . import metrics
 
 KEYS = tuple(f.name for f in fields(metrics.FlightMetrics))
@@ -110,12 +112,12 @@ def write_report(
         }
         for m, per in scored.items()
     }
-    (out_dir / "metrics.json").write_text(json.dumps(doc, indent=1))
+    atomic_write_text(out_dir / "metrics.json", json.dumps(doc, indent=1))
     if config is not None:
-        (out_dir / "config.json").write_text(json.dumps(config, indent=1, default=str))
+        atomic_write_text(out_dir / "config.json", json.dumps(config, indent=1, default=str))
     flights = len(gts)
     table = markdown_table(aggregates, flights)
-    (out_dir / "metrics.md").write_text(table + "\n")
+    atomic_write_text(out_dir / "metrics.md", table + "\n")
     if plots:
         for flight in gts:
             plot_flight(
@@ -169,5 +171,8 @@ def plot_flight(records: dict[str, Any], gt, path: Path) -> None:
             a.legend(fontsize=7)
     fig.suptitle(path.stem)
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    try:
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, format="png", dpi=90)
+    finally:
+        plt.close(fig)
