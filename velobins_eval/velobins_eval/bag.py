@@ -36,6 +36,7 @@ from rosbags.rosbag2 import Reader, StoragePlugin, Writer
 from rosbags.typesys import Stores, get_types_from_msg, get_typestore
 from rosbags.typesys.store import Typestore
 
+from velobins_common.constants import RPM_TO_RAD_PER_S
 from velobins_net.outputs import atomic_path
 
 from .metrics import interp_columns
@@ -296,7 +297,7 @@ def read_bag(path: str | Path) -> Sequence:
                 rotor_t.append(_stamp_s(msg.header))
                 speeds = np.asarray(msg.speeds, dtype=np.float64)
                 rotor_codes.add(int(msg.kind))
-                rotor_v.append(speeds * (2 * np.pi / 60.0) if msg.kind == KIND_RPM else speeds)
+                rotor_v.append(speeds * RPM_TO_RAD_PER_S if msg.kind == KIND_RPM else speeds)
             else:
                 p, q, v = msg.pose.pose.position, msg.pose.pose.orientation, msg.twist.twist.linear
                 gt_rows.append([_stamp_s(msg.header), p.x, p.y, p.z, q.x, q.y, q.z, q.w, v.x, v.y, v.z])

@@ -24,13 +24,10 @@ from typing import Any
 
 import numpy as np
 
-from velobins_ekf.config import STANDARD_GRAVITY
+from velobins_common.constants import ROTOR_KINDS, STANDARD_GRAVITY
 
-ROTOR_KINDS = ("rpm", "pwm")
-"""Allowed values of :attr:`Sequence.rotor_kind`."""
-
-# STANDARD_GRAVITY (imported above) is the default gravity magnitude [m/s^2] when a dataset does
-# not state its own: the EKF's constant, one source for the data layer and the filter.
+# ROTOR_KINDS (allowed values of Sequence.rotor_kind) and STANDARD_GRAVITY (the gravity of a
+# flight whose dataset states none) come from velobins_common.constants, the one definition.
 
 _QUAT_NORM_TOL = 1e-3
 _MIN_RATE_HZ = 20.0

@@ -34,13 +34,13 @@ from typing import Any, Literal
 import numpy as np
 from scipy.spatial.transform import Rotation, Slerp
 
+from velobins_common.constants import RPM_TO_RAD_PER_S
 from velobins_eval.datasets.errors import DatasetError, describe
 from velobins_eval.datasets.frames import velocity_frame
 from velobins_eval.datasets.tabular import check_finite, monotonic_rows, require_file
 from velobins_eval.metrics import interp_columns
 from velobins_eval.sequence import STANDARD_GRAVITY, Sequence
 
-RPM_TO_RAD_S = 2.0 * np.pi / 60.0
 """Revolutions per minute -> rad/s."""
 
 NUM_ROTORS = 4
@@ -156,7 +156,7 @@ def load_aiio_hdf5(
         t=t,
         acc=arrays[f"accel_{imu}"][keep],
         gyro=arrays[f"gyro_{imu}"][keep],
-        rotor=np.abs(arrays["rotor_spd"][keep]) * RPM_TO_RAD_S,
+        rotor=np.abs(arrays["rotor_spd"][keep]) * RPM_TO_RAD_PER_S,
         rotor_kind="rpm",
         p=p,
         q=q,
@@ -285,7 +285,7 @@ def load_aiio_mcap(path: str | Path, *, velocity: VelocityFrame = "auto") -> Seq
     p = interp_columns(t, odom[:, 0], odom[:, 1:4])
     v_raw = interp_columns(t, odom[:, 0], odom[:, 8:11])
     v, frame = _world_velocity(source, t, p, q, v_raw, velocity, default="body")
-    rotor = np.abs(interp_columns(t, esc[:, 0], esc[:, 1:])) * RPM_TO_RAD_S
+    rotor = np.abs(interp_columns(t, esc[:, 0], esc[:, 1:])) * RPM_TO_RAD_PER_S
     return Sequence(
         name=bag_dir.name,
         t=t,

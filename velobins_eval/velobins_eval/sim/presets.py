@@ -30,10 +30,10 @@ from typing import Any
 import numpy as np
 from rotorpy.vehicles.crazyflie_params import quad_params as _CRAZYFLIE_PARAMS
 
+from velobins_common.constants import RPM_TO_RAD_PER_S
+
 ROTOR_ORDER = ("front_left", "front_right", "rear_right", "rear_left")
 """Column order of the rotor signal (rotorpy's ``r1..r4`` in a body FLU X layout)."""
-
-_RAD_S_PER_RPM = 2.0 * math.pi / 60.0
 
 
 @dataclass(frozen=True)
@@ -200,8 +200,8 @@ def _x_layout(arm: float) -> dict[str, np.ndarray]:
 _CF_RPM_PER_PWM = 0.2685
 _CF_RPM_OFFSET = 4070.3
 _CF_PWM_FULL = 65535.0
-_CF_OMEGA_AT_ZERO = _CF_RPM_OFFSET * _RAD_S_PER_RPM  # ≈ 426 rad/s
-_CF_OMEGA_AT_FULL = (_CF_RPM_PER_PWM * _CF_PWM_FULL + _CF_RPM_OFFSET) * _RAD_S_PER_RPM  # ≈ 2269 rad/s
+_CF_OMEGA_AT_ZERO = _CF_RPM_OFFSET * RPM_TO_RAD_PER_S  # ≈ 426 rad/s
+_CF_OMEGA_AT_FULL = (_CF_RPM_PER_PWM * _CF_PWM_FULL + _CF_RPM_OFFSET) * RPM_TO_RAD_PER_S  # ≈ 2269 rad/s
 
 
 def _nano() -> Preset:
