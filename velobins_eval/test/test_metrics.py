@@ -145,13 +145,3 @@ def test_shape_errors_name_the_field() -> None:
         m.ate(np.zeros((4, 2)), np.zeros((4, 3)))
     with pytest.raises(ValueError, match="same length"):
         m.ave(np.zeros((4, 3)), np.zeros((5, 3)))
-
-
-def test_interp_columns_is_linear_holds_the_ends_and_copies_equal_stamps() -> None:
-    t = np.array([0.0, 1.0, 3.0])
-    values = np.array([[0.0, 10.0], [2.0, 20.0], [6.0, 0.0]])
-    out = m.interp_columns(np.array([-1.0, 0.5, 2.0, 9.0]), t, values)
-    np.testing.assert_allclose(out, [[0.0, 10.0], [1.0, 15.0], [4.0, 10.0], [6.0, 0.0]])
-    same = m.interp_columns(t.copy(), t, values)
-    np.testing.assert_array_equal(same, values)
-    assert same is not values

@@ -37,9 +37,9 @@ from rosbags.typesys import Stores, get_types_from_msg, get_typestore
 from rosbags.typesys.store import Typestore
 
 from velobins_common.constants import RPM_TO_RAD_PER_S
+from velobins_common.interp import interp_columns
 from velobins_net.outputs import atomic_path
 
-from .metrics import interp_columns
 from .sequence import Sequence
 
 TOPIC_IMU = "/imu"

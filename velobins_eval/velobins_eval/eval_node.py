@@ -27,10 +27,9 @@ from scipy.spatial.transform import Rotation
 from std_msgs.msg import Bool
 
 from velobins_msgs.msg import VelocityEstimate
-from velobins_ros import DropCounter, declare_config, stamp_to_sec
+from velobins_ros import LATCHED_QOS, DropCounter, declare_config, stamp_to_sec
 
 from .evaluate import FlightRecord, GroundTruth
-from .replay_node import FINISHED_QOS
 from .report import write_report
 
 
@@ -86,7 +85,7 @@ class EvalNode(Node):
         self.create_subscription(Odometry, cfg.update_topic, self.on_update, qos)
         self.create_subscription(Odometry, cfg.odometry_topic, self.on_odometry, qos)
         self.create_subscription(Odometry, cfg.ground_truth_topic, self.on_ground_truth, qos)
-        self.create_subscription(Bool, cfg.finished_topic, self.on_finished, FINISHED_QOS)
+        self.create_subscription(Bool, cfg.finished_topic, self.on_finished, LATCHED_QOS)
         self.gt_path_pub = None
         if cfg.ground_truth_path_topic:
             self.gt_path_pub = self.create_publisher(PathMsg, cfg.ground_truth_path_topic, 10)

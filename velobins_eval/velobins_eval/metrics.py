@@ -25,20 +25,14 @@ import numpy as np
 from scipy.spatial.transform import Rotation, Slerp
 from scipy.stats import chi2
 
+from velobins_common.interp import interp_columns
+
 RTE_DELTA = 5.0
 """Default RTE horizon Δt [s] (paper §IV-A)."""
 NEES_CONFIDENCE = 0.95
 """Two-sided confidence of the NEES bounds."""
 NEES_DOF = 3
 """Degrees of freedom of the velocity NEES."""
-
-
-def interp_columns(t_query: np.ndarray, t: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """Linear interpolation of every column of ``values`` (rows stamped ``t``, increasing) at
-    ``t_query``; ends are held (``np.interp``). A copy when the stamps are the same."""
-    if t.shape == t_query.shape and np.array_equal(t, t_query):
-        return np.array(values, copy=True)
-    return np.stack([np.interp(t_query, t, values[:, j]) for j in range(values.shape[1])], axis=1)
 
 
 def chi2_bounds(dof: int = NEES_DOF, confidence: float = NEES_CONFIDENCE) -> tuple[float, float]:

@@ -21,12 +21,12 @@ from pathlib import Path
 import rclpy
 from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from rclpy.qos import qos_profile_sensor_data
 from rosbags.rosbag2 import Reader
 from rosgraph_msgs.msg import Clock
 from std_msgs.msg import Bool
 
-from velobins_ros import declare_config
+from velobins_ros import LATCHED_QOS, declare_config
 
 from . import bag
 
@@ -59,10 +59,6 @@ class ReplayConfig:
     """Longest wait for those subscribers [s]; then the replay starts anyway, with a warning."""
 
 
-FINISHED_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
-"""QoS of the finished flag: latched so a late subscriber still learns the flight ended."""
-
-
 def _sensor_topic(topic: str) -> bool:
     return topic in (bag.TOPIC_IMU, bag.TOPIC_ROTOR)
 
@@ -79,7 +75,7 @@ class ReplayNode(Node):
             raise ValueError(f"parameter 'rate' must be > 0, got {self.config.rate}")
         self.messages, self.publishers_by_topic = self._load(Path(self.config.bag))
         self.clock_pub = self.create_publisher(Clock, "/clock", 10)
-        self.finished_pub = self.create_publisher(Bool, self.config.finished_topic, FINISHED_QOS)
+        self.finished_pub = self.create_publisher(Bool, self.config.finished_topic, LATCHED_QOS)
         self.done = threading.Event()
         self.published = 0
         self._thread = threading.Thread(target=self._play, name="replay", daemon=True)

@@ -17,12 +17,15 @@ import rclpy
 from rcl_interfaces.msg import ParameterDescriptor, SetParametersResult
 from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
-from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 
 T = TypeVar("T")
 
 RELIABLE_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
-"""Estimates, odometry, paths (DESIGN.md: reliable, depth 10)."""
+"""Estimates, odometry, paths (docs/design.md: reliable, depth 10)."""
+
+LATCHED_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+"""One-shot state such as the replay's finished flag: latched, so a late subscriber still gets it."""
 
 
 def sensor_qos(depth: int) -> QoSProfile:

@@ -35,10 +35,10 @@ import numpy as np
 from scipy.spatial.transform import Rotation, Slerp
 
 from velobins_common.constants import RPM_TO_RAD_PER_S
+from velobins_common.interp import interp_columns
 from velobins_eval.datasets.errors import DatasetError, describe
 from velobins_eval.datasets.frames import velocity_frame
 from velobins_eval.datasets.tabular import check_finite, monotonic_rows, require_file
-from velobins_eval.metrics import interp_columns
 from velobins_eval.sequence import STANDARD_GRAVITY, Sequence
 
 """Revolutions per minute -> rad/s."""
