@@ -37,7 +37,7 @@ def _value(v) -> str:
 
 
 def _fields(config, indent: str) -> list[str]:
-    from velobins_ros import field_docs
+    from velobins_common.fields import field_docs
 
     docs = field_docs(type(config))
     lines = []

@@ -20,7 +20,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-DATASET_KINDS = ("nanobench", "aiio", "tiiratm", "neurobem", "csv")
+from .dataset_kinds import KINDS as DATASET_KINDS
 
 
 def _cmd_convert(args: argparse.Namespace) -> int:

@@ -7,7 +7,6 @@ conversions, QoS profiles, and counting what a node drops. No algorithm lives he
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -18,6 +17,8 @@ from rcl_interfaces.msg import ParameterDescriptor, SetParametersResult
 from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+
+from velobins_common.fields import field_docs
 
 T = TypeVar("T")
 
@@ -34,30 +35,6 @@ def sensor_qos(depth: int) -> QoSProfile:
         **{k: getattr(qos_profile_sensor_data, k) for k in ("reliability", "durability", "history")}, depth=depth
     )
     return qos
-
-
-def field_docs(cls: type) -> dict[str, str]:
-    """Attribute docstrings of a dataclass (the string literal right after each field)."""
-    import ast
-    import inspect
-    import textwrap
-
-    docs: dict[str, str] = {}
-    try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
-    except (OSError, TypeError):
-        return docs
-    body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
-    for stmt, nxt in itertools.pairwise(body):
-        if (
-            isinstance(stmt, ast.AnnAssign)
-            and isinstance(stmt.target, ast.Name)
-            and isinstance(nxt, ast.Expr)
-            and isinstance(nxt.value, ast.Constant)
-            and isinstance(nxt.value.value, str)
-        ):
-            docs[stmt.target.id] = " ".join(nxt.value.value.split())
-    return docs
 
 
 def declare_config(node: Node, config: T, prefix: str = "", skip: tuple[str, ...] = ()) -> T:

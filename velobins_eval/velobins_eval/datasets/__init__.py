@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from velobins_eval.dataset_kinds import KINDS
 from velobins_eval.datasets.aiio import load_aiio
 from velobins_eval.datasets.csv_format import read_csv, write_csv
 from velobins_eval.datasets.errors import DatasetError, UnusableFlightError
@@ -31,9 +32,6 @@ from velobins_eval.datasets.neurobem import load_neurobem
 from velobins_eval.datasets.tiiratm import FILE_SUFFIX as TIIRATM_SUFFIX
 from velobins_eval.datasets.tiiratm import load_tiiratm
 from velobins_eval.sequence import Sequence
-
-KINDS = ("nanobench", "aiio", "tiiratm", "neurobem", "csv")
-"""Source kinds understood by :func:`load_sequence` / :func:`load_directory`."""
 
 PROGRESS_MIN_FILES = 5
 """:func:`load_flights` shows a progress bar (on a terminal only) above this many files."""
