@@ -1,7 +1,7 @@
 """rosbag2 conversion of flights: :class:`Sequence` <-> bag with the VeloBins topics.
 
 Written with `rosbags` (pure Python, byte-identical CDR to rclpy), so conversion needs no ROS
-install. A bag holds (DESIGN.md, "ROS interface"):
+install. A bag holds (docs/design.md, "ROS interface"):
 
 * ``/imu`` — ``sensor_msgs/msg/Imu`` in ``base_link``: specific force and angular rate, orientation
   marked unknown (``orientation_covariance[0] = -1``, REP-145);

@@ -1,4 +1,4 @@
-"""Accuracy and consistency metrics of a flight (DESIGN.md "Metrics", paper §IV-A).
+"""Accuracy and consistency metrics of a flight (docs/design.md "Metrics", paper §IV-A).
 
 One implementation shared by the offline evaluation and the ROS eval node. Definitions:
 

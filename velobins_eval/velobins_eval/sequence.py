@@ -1,4 +1,4 @@
-"""The one in-memory representation of a flight (DESIGN.md, "Data flow").
+"""The one in-memory representation of a flight (docs/design.md, "Data flow").
 
 Every adapter (NanoBench, AI-IO, TII-RATM, NeuroBEM, plain CSV, simulator, rosbag2) produces a
 :class:`Sequence`; training, conversion, replay and evaluation consume it. Conventions at this
