@@ -188,3 +188,27 @@ def test_a_damaged_cache_file_is_rebuilt_never_fatal(tmp_path: Path, damage: str
     np.testing.assert_array_equal(again.acc, first.acc)
     np.testing.assert_array_equal(load_sequence_file(cfile).acc, first.acc)
     assert not [p.name for p in cache.iterdir() if p.name.startswith(".")]  # no temporary files left
+
+
+def test_load_flights_through_the_cache_reuses_it_and_still_checks_every_flight(tmp_path: Path, monkeypatch) -> None:
+    import velobins_eval.datasets as datasets
+
+    data, cache = tmp_path / "flights", tmp_path / "cache"
+    data.mkdir()
+    write_csv(_hover(), data / "hover.csv")
+    first = datasets.load_flights("csv", data, cache_dir=cache)
+    assert [s.name for s in first.sequences] == ["hover"] and len(list(cache.iterdir())) == 1
+
+    def no_parsing(*args, **kwargs):
+        raise AssertionError("the cache should have been used")
+
+    monkeypatch.setitem(datasets._LOADERS, "csv", no_parsing)
+    again = datasets.load_flights("csv", data, cache_dir=cache)
+    np.testing.assert_array_equal(again.sequences[0].acc, first.sequences[0].acc)
+
+    monkeypatch.undo()
+    in_g = _hover()
+    in_g.acc = in_g.acc / 9.80665  # accelerometer in g: the checks run on cached flights too
+    write_csv(in_g, data / "hover.csv")
+    with pytest.raises(DatasetError, match="in g"):
+        datasets.load_flights("csv", data, cache_dir=cache)

@@ -211,6 +211,7 @@ def load_flights(
     *,
     allow: Iterable[str] = (),
     progress: bool | None = None,
+    cache_dir: str | Path | None = None,
     **kwargs: Any,
 ) -> LoadResult:
     """Load one flight file or every ``kind`` flight under a folder, each checked for plausibility.
@@ -225,6 +226,8 @@ def load_flights(
         allow: plausibility check names to override (``--allow``).
         progress: progress bar: ``None`` above :data:`PROGRESS_MIN_FILES` files, ``True``
             always, ``False`` never; drawn only when standard error is a terminal.
+        cache_dir: parse each file once into this :mod:`velobins_eval.storage` cache and reuse
+            it while the file is unchanged (``--cache-dir``); every flight is checked either way.
         kwargs: adapter options.
 
     Raises:
@@ -233,7 +236,8 @@ def load_flights(
             implausible (:class:`~velobins_eval.validate.PlausibilityError`).
         ValueError: unknown ``kind`` or check name.
     """
-    from velobins_eval.validate import parse_allow
+    from velobins_eval.storage import load_cached
+    from velobins_eval.validate import check_flight, parse_allow
     from velobins_net.progress import progress_bar
 
     allowed = parse_allow(allow)  # unknown names fail before any file is read
@@ -242,7 +246,12 @@ def load_flights(
     result = LoadResult()
     for file in progress_bar(files, enabled=enabled, desc=f"loading {kind}", unit="file"):
         try:
-            result.sequences.append(load_sequence(kind, file, allow=allowed, **kwargs))
+            if cache_dir is None:
+                seq = load_sequence(kind, file, allow=allowed, **kwargs)
+            else:
+                seq = load_cached(kind, file, cache_dir, validate=False, **kwargs)
+                check_flight(seq, allowed)
+            result.sequences.append(seq)
         except UnusableFlightError as exc:
             result.skipped.append(SkippedFlight(file, _reason(exc)))
             warnings.warn(f"skipped: {exc}", UserWarning, stacklevel=2)
