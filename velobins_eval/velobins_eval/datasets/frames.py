@@ -1,4 +1,4 @@
-"""Frame and unit conversions shared by the adapters, and the physical checks that verify them.
+"""Frame and unit conversions shared by the adapters, and the frame tests that choose between them.
 
 Target conventions are those of :mod:`velobins_eval.sequence` (REP-103: world ENU z-up, body FLU,
 quaternion body->world scalar-last). The checks use the rigid-body kinematics every inertial
@@ -7,7 +7,8 @@ odometry method relies on (paper §III, the EKF propagation of §III-E):
     world acceleration  a_w = R f - g e_z,     f = body specific force,
     world velocity      v_w = dp/dt,
 
-so a quantity in the wrong frame or with the wrong sign shows up as a large residual.
+so a quantity in the wrong frame or with the wrong sign shows up as a large residual (the
+gravity residual itself is :func:`velobins_eval.validate.gravity_residual`, checked on every flight).
 """
 
 from __future__ import annotations
@@ -25,13 +26,6 @@ def rotation_from_column_major(flat: np.ndarray) -> Rotation:
     """Rotations from (T, 9) matrices stored column-major (``m[:, 3*c + r] = R[r, c]``)."""
     mats = flat.reshape(-1, 3, 3).transpose(0, 2, 1)
     return Rotation.from_matrix(mats)
-
-
-def world_acceleration_residual(t: np.ndarray, q: np.ndarray, v: np.ndarray, acc: np.ndarray, g: float) -> float:
-    """RMS of (R f - g e_z) - dv/dt [m/s^2]: small when acc, q and v agree in frame and sign."""
-    dv = np.gradient(v, t, axis=0)
-    aw = Rotation.from_quat(q).apply(acc) - np.array([0.0, 0.0, g])
-    return float(np.sqrt(np.mean((aw - dv) ** 2)))
 
 
 def velocity_frame(
