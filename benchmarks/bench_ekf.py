@@ -20,14 +20,18 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")  # one core, before numpy loads BLAS
 
 import argparse  # noqa: E402
+import sys  # noqa: E402
 import time  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
 from velobins_ekf.config import EkfConfig  # noqa: E402
 from velobins_ekf.ekf import ErrorStateEkf, NavState  # noqa: E402
 from velobins_ekf.runner import VelocityEkf  # noqa: E402
-from velobins_ekf.testing import AnalyticTrajectory, simulate_imu  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "velobins_ekf" / "test"))
+from ekf_oracles import AnalyticTrajectory, simulate_imu  # noqa: E402  (the tests' synthetic flights)
 
 IMU_RATE = 1000.0
 UPDATE_RATE = 20.0

@@ -6,13 +6,13 @@ import math
 
 import numpy as np
 import pytest
+from ekf_oracles import AnalyticTrajectory, simulate_imu
 from scipy.spatial.transform import Rotation
 
 from velobins_ekf.config import EkfConfig
 from velobins_ekf.ekf import NavState
 from velobins_ekf.init import gravity_aligned_rotation
 from velobins_ekf.runner import VelocityEkf
-from velobins_ekf.testing import AnalyticTrajectory, simulate_imu
 
 TRAJ = AnalyticTrajectory()
 RATE = 200.0

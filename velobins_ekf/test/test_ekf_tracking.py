@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from ekf_oracles import AnalyticTrajectory, simulate_imu
 from scipy.stats import chi2
 
 from velobins_ekf.config import EkfConfig
 from velobins_ekf.ekf import DIM, ErrorStateEkf, NavState
 from velobins_ekf.offline import run_offline
 from velobins_ekf.so3 import so3_exp, so3_log
-from velobins_ekf.testing import AnalyticTrajectory, simulate_imu
 
 TRAJ = AnalyticTrajectory()
 

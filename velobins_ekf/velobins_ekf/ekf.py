@@ -44,7 +44,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from velobins_ekf.config import EkfConfig
-from velobins_ekf.propagation import compose, propagate_nominal, transition_and_noise
+from velobins_ekf.propagation import compose, propagate_nominal, transition_and_noise, white_noise_variance
 from velobins_ekf.so3 import (
     exp_coefficients,
     matrix_to_quat,
@@ -588,3 +588,16 @@ class ErrorStateEkf:
         """3x3 covariance of the body-frame velocity ``Rᵀ v`` (the Odometry twist's linear part)."""
         h6 = self.measurement_jacobian()[:, 0:6]
         return h6 @ self.cov[0:6, 0:6] @ h6.T
+
+    def twist_covariance(self, imu_dt: float) -> np.ndarray:
+        """6x6 covariance of the Odometry twist, ROS order (body linear velocity, body rate).
+
+        The rate is one raw gyro sample less the bias estimate, ``ω − b_g``: its covariance is the
+        bias block of P plus the sample's white-noise variance σ_g²/dt (``imu_dt`` floored at 0.1 ms).
+        """
+        out = np.zeros((6, 6))
+        out[0:3, 0:3] = self.twist_covariance_body()
+        out[3:6, 3:6] = self.cov[BG, BG] + np.eye(3) * white_noise_variance(
+            self.config.gyro_noise_density, max(imu_dt, 1e-4)
+        )
+        return out

@@ -21,13 +21,14 @@ than ``time_jump_reset`` (bag loop) restart the filter the same way.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 from geometry_msgs.msg import PoseStamped, TransformStamped
 from nav_msgs.msg import Odometry, Path
 from rclpy.node import Node
-from rclpy.qos import QoSProfile, ReliabilityPolicy
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import Imu
 
 from velobins_msgs.msg import VelocityEstimate
@@ -44,7 +45,7 @@ from velobins_ros import (
 )
 
 from .config import EkfConfig
-from .ekf import BG, NavState
+from .ekf import NavState
 from .runner import VelocityEkf
 from .so3 import matrix_to_quat
 
@@ -134,20 +135,23 @@ class EkfNode(Node):
     def _new_filter(self) -> VelocityEkf:
         return VelocityEkf(self.filter_config, keep_updates=bool(self.config.update_topic))
 
-    def _make_tf_broadcaster(self):
-        """tf2_ros's broadcaster where installed; else a plain TFMessage publisher on /tf."""
+    def _make_tf_broadcaster(self) -> Callable[[TransformStamped], None]:
+        """tf2_ros's broadcaster (a declared dependency); where it is missing (the ROS PyPI wheels
+        ship none), a plain ``tf2_msgs/TFMessage`` publisher on ``/tf``, said once in the log."""
         try:
             from tf2_ros import TransformBroadcaster
-
-            broadcaster = TransformBroadcaster(self)
-            return broadcaster.sendTransform
-        except ImportError:
-            from rclpy.qos import DurabilityPolicy, QoSProfile
-
-            from tf2_msgs.msg import TFMessage
-
+        except ImportError as exc:
+            try:
+                from tf2_msgs.msg import TFMessage
+            except ImportError:
+                raise RuntimeError(
+                    f"publish_tf needs tf2_ros (an exec_depend of velobins_ekf) or tf2_msgs: {exc}; "
+                    "install ros-$ROS_DISTRO-tf2-ros or set publish_tf: false"
+                ) from exc
+            self.get_logger().info(f"tf2_ros not importable ({exc}): publishing tf2_msgs/TFMessage on /tf directly")
             pub = self.create_publisher(TFMessage, "/tf", QoSProfile(depth=100, durability=DurabilityPolicy.VOLATILE))
             return lambda transform: pub.publish(TFMessage(transforms=[transform]))
+        return TransformBroadcaster(self).sendTransform
 
     # ------------------------------------------------------------------ inputs
     def on_ground_truth(self, msg: Odometry) -> None:
@@ -234,10 +238,9 @@ class EkfNode(Node):
     def _publish_state(self, stamp, t: float) -> None:
         if self.config.odom_rate > 0 and t - self._last_odom_t < 1.0 / self.config.odom_rate - 1e-9:
             return
-        ekf = self.filter.ekf
-        state = ekf.state
-        pos, quat, vb = state.pos, state.quat, state.body_velocity
-        pose_cov, twist_cov = ekf.pose_covariance_ros(), ekf.twist_covariance_body()
+        filt = self.filter
+        pos, quat, vb = filt.position, filt.quaternion, filt.velocity_body
+        pose_cov, twist_cov = filt.pose_covariance_ros(), filt.twist_covariance(self._dt)
         if not all(np.all(np.isfinite(x)) for x in (pos, quat, vb, pose_cov, twist_cov)):
             self.get_logger().error("filter state became non-finite: restarting it (nothing published)")
             self.drops.counts["non_finite_state"] += 1
@@ -254,12 +257,8 @@ class EkfNode(Node):
         pq.x, pq.y, pq.z, pq.w = (float(x) for x in quat)
         odom.pose.covariance = pose_cov.reshape(-1).tolist()
         set_xyz(odom.twist.twist.linear, vb)
-        rate = self._last_gyro - state.gyro_bias
-        set_xyz(odom.twist.twist.angular, rate)
-        tw = np.zeros((6, 6))
-        tw[:3, :3] = twist_cov
-        tw[3:, 3:] = ekf.cov[BG, BG] + np.eye(3) * self.filter_config.gyro_noise_density**2 / max(self._dt, 1e-4)
-        odom.twist.covariance = tw.reshape(-1).tolist()
+        set_xyz(odom.twist.twist.angular, filt.angular_rate(self._last_gyro))
+        odom.twist.covariance = twist_cov.reshape(-1).tolist()
         self.odom_pub.publish(odom)
         if self._tf is not None:
             tf = TransformStamped()

@@ -112,16 +112,16 @@ def run_offline(
             j += 1
         filt.add_imu(ti, acc_l[i], gyro_l[i])
         if i % output_stride == 0:
-            st = filt.ekf.state
+            st = filt.state
             out_t[k] = ti
             out_p[k] = st.pos
             out_r[k] = st.rot
             out_v[k] = st.vel
             if out_c is not None:
-                out_c[k] = np.diagonal(filt.ekf.cov)
+                out_c[k] = np.diagonal(filt.covariance)
             k += 1
             if check_covariance:
-                cov = filt.ekf.cov
+                cov = filt.covariance
                 max_asym = max(max_asym, float(np.abs(cov - cov.T).max()))
                 min_eig = min(min_eig, float(np.linalg.eigvalsh(cov)[0]))
     while j < order.size:
@@ -137,7 +137,7 @@ def run_offline(
         updates=filt.updates,
         stats=filt.stats,
         final_state=filt.state,
-        final_cov=filt.ekf.covariance,
+        final_cov=filt.covariance,
         min_eigenvalue=min_eig if check_covariance else float("nan"),
         max_asymmetry=max_asym if check_covariance else float("nan"),
     )

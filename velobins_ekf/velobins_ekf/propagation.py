@@ -32,6 +32,17 @@ _DIAG3 = (np.arange(3), np.arange(3))
 _DIAG15 = (np.arange(15), np.arange(15))
 
 
+def white_noise_variance(density, dt):
+    """Per-sample variance ``σ²/dt`` of white noise of density σ [unit/√Hz] held over ``dt`` [s]
+    (a sampled, zero-order-held IMU); floats or arrays."""
+    return density * density / dt
+
+
+def random_walk_variance(random_walk, dt):
+    """Increment variance ``σ_b² dt`` over ``dt`` [s] of a bias random walk σ_b [unit/s/√Hz]."""
+    return random_walk * random_walk * dt
+
+
 def exp_coefficients_batch(theta2: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Vectorised :func:`velobins_ekf.so3.exp_coefficients`: ``(sin t/t, (1−cos t)/t², (t−sin t)/t³)``
     for ``t² = theta2`` (n,), with the same Taylor series below :data:`~velobins_ekf.so3.SMALL_ANGLE`."""

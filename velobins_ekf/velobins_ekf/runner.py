@@ -258,6 +258,15 @@ class VelocityEkf:
         """3x3 covariance of the body-frame velocity (Odometry twist, linear part)."""
         return self.ekf.twist_covariance_body()
 
+    def angular_rate(self, gyro: np.ndarray) -> np.ndarray:
+        """Bias-corrected body rate ``ω − b_g`` [rad/s] of a raw gyro sample (Odometry twist, angular part)."""
+        return np.asarray(gyro, dtype=np.float64).reshape(3) - self.ekf.state.gyro_bias
+
+    def twist_covariance(self, imu_dt: float) -> np.ndarray:
+        """6x6 covariance of the Odometry twist (body linear velocity, :meth:`angular_rate`), ROS
+        order; ``imu_dt`` [s] is the IMU sample period, which sets the rate's white-noise variance."""
+        return self.ekf.twist_covariance(imu_dt)
+
     # ------------------------------------------------------------------ internals
     def _advance(self, t1: float, s1: Sample) -> None:
         """Apply pending measurements up to ``t1`` at their stamps, then propagate to ``t1``."""

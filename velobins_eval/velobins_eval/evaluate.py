@@ -80,47 +80,12 @@ def load_ekf_config(params_files: list[Path] | None = None):
     ROS parameter files (the same files the EKF node loads), applied in order.
 
     A file that is missing, not YAML, not a mapping, or that sets an unknown key or a value of
-    the wrong type raises ``ValueError`` naming the file and the key.
+    the wrong type raises ``ValueError`` naming the file and the key (the EKF owns the reading:
+    :func:`velobins_ekf.params.load_filter_config`).
     """
-    import dataclasses
+    from velobins_ekf.params import load_filter_config
 
-    import yaml
-
-    from velobins_ekf.config import EkfConfig
-
-    config = EkfConfig()
-    types = {f.name: type(getattr(config, f.name)) for f in dataclasses.fields(EkfConfig)}
-    for path in params_files or []:
-        path = Path(path)
-        if not path.is_file():
-            raise FileNotFoundError(f"{path}: no such parameter file (--params)")
-        try:
-            doc = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except (yaml.YAMLError, UnicodeDecodeError) as exc:
-            where = getattr(exc, "problem_mark", None)
-            line = f" (line {where.line + 1})" if where is not None else ""
-            raise ValueError(f"{path}: not a valid YAML parameter file{line}: {exc.__class__.__name__}") from None
-        doc = doc or {}
-        node = doc.get("velobins_ekf") if isinstance(doc, dict) else None
-        params = node.get("ros__parameters") if isinstance(node, dict) else None
-        overrides = params.get("filter") if isinstance(params, dict) else None
-        if not isinstance(doc, dict) or (overrides is not None and not isinstance(overrides, dict)):
-            raise ValueError(f"{path}: expected 'velobins_ekf: ros__parameters: filter:' to be a mapping")
-        overrides = overrides or {}
-        unknown = set(overrides) - set(types)
-        if unknown:
-            raise ValueError(f"{path}: unknown velobins_ekf filter parameter(s) {sorted(unknown)}")
-        for key, value in overrides.items():
-            numeric = isinstance(value, int | float) and not isinstance(value, bool)
-            if (types[key] is bool) != isinstance(value, bool) or (types[key] is not bool and not numeric):
-                raise ValueError(
-                    f"{path}: field 'velobins_ekf.filter.{key}': expected a {types[key].__name__}, got {value!r}"
-                )
-        try:
-            config = dataclasses.replace(config, **{k: types[k](v) for k, v in overrides.items()})
-        except ValueError as exc:
-            raise ValueError(f"{path}: {exc}") from None
-    return config
+    return load_filter_config(params_files)
 
 
 def ground_truth_state(seq: Sequence, index: int = 0):

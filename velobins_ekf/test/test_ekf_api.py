@@ -1,0 +1,73 @@
+"""The public API callers use: VelocityEkf outputs and the filter parameters from ROS YAML files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from velobins_ekf.config import EkfConfig
+from velobins_ekf.ekf import BG, NavState
+from velobins_ekf.params import load_filter_config
+from velobins_ekf.runner import VelocityEkf
+
+
+def _filter() -> VelocityEkf:
+    f = VelocityEkf(EkfConfig())
+    state = NavState.from_pose(np.array([0.1, 0.2, 0.3, 0.9]), [1.0, 0.5, 0.0], [0.0, 0.0, 1.0])
+    state.gyro_bias[:] = (0.01, -0.02, 0.03)
+    f.initialize(0.0, state)
+    for k in range(1, 40):
+        f.add_imu(k * 1e-3, [0.1, 0.2, 9.8], [0.3, -0.1, 0.2])
+    return f
+
+
+def test_angular_rate_and_twist_covariance() -> None:
+    f = _filter()
+    gyro = np.array([0.3, -0.1, 0.2])
+    np.testing.assert_allclose(f.angular_rate(gyro), gyro - f.state.gyro_bias)
+    dt = 2e-3
+    tw = f.twist_covariance(dt)
+    np.testing.assert_allclose(tw[0:3, 0:3], f.twist_covariance_body())
+    expected = f.covariance[BG, BG] + np.eye(3) * EkfConfig().gyro_noise_density ** 2 / dt
+    np.testing.assert_allclose(tw[3:6, 3:6], expected, rtol=1e-12)
+    assert not np.any(tw[0:3, 3:6]) and not np.any(tw[3:6, 0:3])
+
+
+def _params(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "filter.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_filter_config_from_ros_parameter_files(tmp_path: Path) -> None:
+    a = _params(tmp_path, "velobins_ekf:\n  ros__parameters:\n    filter:\n      init_sigma_vel: 0.2\n")
+    b = tmp_path / "b.yaml"
+    b.write_text("velobins_ekf:\n  ros__parameters:\n    filter:\n      gate_enabled: true\n", encoding="utf-8")
+    cfg = load_filter_config([a, b])
+    assert cfg.init_sigma_vel == 0.2 and cfg.gate_enabled is True
+    assert load_filter_config(None) == EkfConfig()
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("velobins_ekf: [unclosed\n", ("filter.yaml", "YAML")),
+        ("velobins_ekf:\n  ros__parameters:\n    filter:\n      acc_noise_density: high\n", ("acc_noise_density",)),
+        ("velobins_ekf:\n  ros__parameters:\n    filter:\n      gate_enabled: 1\n", ("gate_enabled", "bool")),
+        ("velobins_ekf:\n  ros__parameters:\n    filter:\n      no_such: 1\n", ("no_such",)),
+        ("velobins_ekf:\n  ros__parameters:\n    filter:\n      init_sigma_vel: -1\n", ("init_sigma_vel",)),
+        ("velobins_ekf:\n  ros__parameters:\n    filter: 3\n", ("mapping",)),
+    ],
+)
+def test_bad_parameter_files_name_file_and_key(tmp_path: Path, text: str, words: tuple[str, ...]) -> None:
+    path = _params(tmp_path, text)
+    with pytest.raises(ValueError) as info:
+        load_filter_config([path])
+    assert all(w in str(info.value) for w in (str(path), *words)), info.value
+
+
+def test_missing_parameter_file(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match=r"nope\.yaml"):
+        load_filter_config([tmp_path / "nope.yaml"])
