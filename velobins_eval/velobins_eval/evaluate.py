@@ -6,8 +6,9 @@ One path for every number in a report (paper §IV-A, DESIGN.md "Metrics"):
   node uses (same windows, same 20 Hz schedule);
 * :func:`fuse_flight` runs the same :class:`VelocityEkf` the EKF node uses, started from ground
   truth (no alignment), and keeps the fused state right after each update;
-* :func:`score` turns a :class:`FlightRecord` (offline, or recorded by the eval node from topics)
-  into :class:`~velobins_eval.metrics.FlightMetrics` with :mod:`velobins_eval.metrics`;
+* :func:`~velobins_eval.scoring.score` (in :mod:`velobins_eval.scoring`, re-exported here with
+  :class:`FlightRecord` and :class:`GroundTruth`) turns a record, offline or recorded by the eval
+  node from topics, into :class:`~velobins_eval.metrics.FlightMetrics`;
 * :func:`imu_only_flight` is the IMU-integration baseline: the same filter with no updates.
 
 ``velobins evaluate`` (:func:`main_evaluate`) applies this to checkpoints on a directory of flights
@@ -17,10 +18,8 @@ and writes the report of :mod:`velobins_eval.report`.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -28,51 +27,10 @@ import numpy as np
 from velobins_net.outputs import RunLayout, open_run_dir, output_mode
 
 from . import metrics
+from .report import method_label, write_report
+from .scoring import FlightRecord, GroundTruth
+from .scoring import score as score  # re-exported: callers of velobins_eval.evaluate.score
 from .sequence import Sequence
-
-
-@dataclass
-class FlightRecord:
-    """What one method produced on one flight, sampled at its velocity-update stamps.
-
-    Attributes:
-        flight: flight name.
-        method: method label (variant name, ``imu-only``).
-        t: (U,) update stamps [s].
-        v_net, var_net: (U, 3) network body velocity [m/s] and variances [m²/s²] (NaN for imu-only).
-        p_fused: (U, 3) fused world position right after each update [m].
-        v_fused: (U, 3) fused world velocity right after each update [m/s].
-        cov_fused: (U, 3, 3) covariance of ``v_fused`` (NaN for imu-only).
-        t_traj, p_traj: the fused trajectory at full rate, for plots.
-    """
-
-    flight: str
-    method: str
-    t: np.ndarray
-    v_net: np.ndarray
-    var_net: np.ndarray
-    p_fused: np.ndarray
-    v_fused: np.ndarray
-    cov_fused: np.ndarray
-    t_traj: np.ndarray
-    p_traj: np.ndarray
-
-
-@dataclass
-class GroundTruth:
-    """Ground-truth stream (``Sequence`` fields) of a flight; from a Sequence or recorded from a topic."""
-
-    t: np.ndarray
-    p: np.ndarray
-    q: np.ndarray
-    v: np.ndarray
-
-    @classmethod
-    def of(cls, seq: Sequence) -> GroundTruth:
-        return cls(seq.t, seq.p, seq.q, seq.v)
-
-    def at(self, t: np.ndarray) -> metrics.GroundTruthAt:
-        return metrics.interpolate_ground_truth(self.t, self.p, self.q, self.v, t)
 
 
 def load_ekf_config(params_files: list[Path] | None = None):
@@ -170,24 +128,6 @@ def imu_only_flight(seq: Sequence, t_eval: np.ndarray, ekf_config=None) -> Fligh
     )
 
 
-def score(record: FlightRecord, gt: GroundTruth) -> metrics.FlightMetrics:
-    """Paper metrics of one record against ground truth (NaN where a method has no such output)."""
-    at = gt.at(record.t)
-    if np.all(np.isfinite(record.cov_fused)):
-        return metrics.flight_metrics(
-            at, record.v_net, record.var_net, record.p_fused, record.v_fused, record.cov_fused
-        )
-    return metrics.FlightMetrics(
-        net_ave=math.nan,
-        net_nll=math.nan,
-        ave=metrics.ave(record.v_fused, at.v),
-        rte=metrics.rte(at.t, record.p_fused, at.p),
-        ate=metrics.ate(record.p_fused, at.p),
-        nees_median=math.nan,
-        nees_in_bounds=math.nan,
-    )
-
-
 EVALUATE_LAYOUT = RunLayout("evaluate", ("metrics.json", "metrics.md", "config.json", "plots"))
 """What ``velobins evaluate`` owns in ``--out`` (the report of :mod:`velobins_eval.report`)."""
 
@@ -212,8 +152,6 @@ def evaluate_checkpoint(path: Path, seqs: list[Sequence], ekf_config=None, progr
     """(method label, {flight: record}) of one checkpoint on ``seqs`` (checked to fit them first)."""
     from velobins_net.inference import load_checkpoint
     from velobins_net.progress import progress_bar
-
-    from .report import method_label
 
     model = load_checkpoint(path)
     check_fits(model, path, seqs)
@@ -304,8 +242,6 @@ def write_report_atomically(records, gts, out_dir: Path, config: dict) -> str:
     import shutil
 
     from velobins_net.outputs import temp_path
-
-    from .report import write_report
 
     staging = temp_path(out_dir / "report")
     try:

@@ -1,0 +1,102 @@
+"""Scoring flights: what a method produced on a flight, its ground truth, and the paper metrics of both.
+
+The one place a :class:`FlightRecord` becomes numbers (paper §IV-A, metrics of
+:mod:`velobins_eval.metrics`), shared by every producer of records and every report:
+
+* producers: :mod:`velobins_eval.evaluate` (offline: network and EKF-fused), the eval node (a
+  recorded ROS graph run), the demo and ``velobins reproduce``;
+* consumers: :mod:`velobins_eval.report` (``metrics.json`` / ``metrics.md``) and
+  :mod:`velobins_eval.reproduce` (the paper's tables).
+
+:func:`score` gives one flight's :class:`~velobins_eval.metrics.FlightMetrics`; :func:`aggregate`
+averages them over flights (the ``aggregate`` of every report), keyed by :data:`KEYS`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+from . import metrics
+from .sequence import Sequence
+
+KEYS = tuple(f.name for f in fields(metrics.FlightMetrics))
+"""Metric names of every report, in column order (``net_ave, net_nll, ave, rte, ate, nees_median, nees_in_bounds``)."""
+
+
+@dataclass
+class FlightRecord:
+    """What one method produced on one flight, sampled at its velocity-update stamps.
+
+    Attributes:
+        flight: flight name.
+        method: method label (variant name, ``imu-only``).
+        t: (U,) update stamps [s].
+        v_net, var_net: (U, 3) network body velocity [m/s] and variances [m²/s²] (NaN for imu-only).
+        p_fused: (U, 3) fused world position right after each update [m].
+        v_fused: (U, 3) fused world velocity right after each update [m/s].
+        cov_fused: (U, 3, 3) covariance of ``v_fused`` (NaN for imu-only).
+        t_traj, p_traj: the fused trajectory at full rate, for plots.
+    """
+
+    flight: str
+    method: str
+    t: np.ndarray
+    v_net: np.ndarray
+    var_net: np.ndarray
+    p_fused: np.ndarray
+    v_fused: np.ndarray
+    cov_fused: np.ndarray
+    t_traj: np.ndarray
+    p_traj: np.ndarray
+
+
+@dataclass
+class GroundTruth:
+    """Ground-truth stream (``Sequence`` fields) of a flight; from a Sequence or recorded from a topic."""
+
+    t: np.ndarray
+    p: np.ndarray
+    q: np.ndarray
+    v: np.ndarray
+
+    @classmethod
+    def of(cls, seq: Sequence) -> GroundTruth:
+        """The ground truth of a loaded flight."""
+        return cls(seq.t, seq.p, seq.q, seq.v)
+
+    def at(self, t: np.ndarray) -> metrics.GroundTruthAt:
+        """Ground truth interpolated at the stamps ``t``."""
+        return metrics.interpolate_ground_truth(self.t, self.p, self.q, self.v, t)
+
+
+def score(record: FlightRecord, gt: GroundTruth) -> metrics.FlightMetrics:
+    """Paper metrics of one record against ground truth (NaN where a method has no such output)."""
+    at = gt.at(record.t)
+    if np.all(np.isfinite(record.cov_fused)):
+        return metrics.flight_metrics(
+            at, record.v_net, record.var_net, record.p_fused, record.v_fused, record.cov_fused
+        )
+    return metrics.FlightMetrics(
+        net_ave=math.nan,
+        net_nll=math.nan,
+        ave=metrics.ave(record.v_fused, at.v),
+        rte=metrics.rte(at.t, record.p_fused, at.p),
+        ate=metrics.ate(record.p_fused, at.p),
+        nees_median=math.nan,
+        nees_in_bounds=math.nan,
+    )
+
+
+def nanmean(values: Iterable[float]) -> float:
+    """Mean of the finite values; NaN when there is none (a metric no flight has)."""
+    arr = np.asarray(list(values), dtype=float)
+    return float(np.nanmean(arr)) if np.isfinite(arr).any() else math.nan
+
+
+def aggregate(per_flight: dict[str, metrics.FlightMetrics]) -> dict[str, float]:
+    """Mean over flights of each metric (NaN-aware; NaN when no flight has it)."""
+    return {key: nanmean(getattr(m, key) for m in per_flight.values()) for key in KEYS}
