@@ -5,10 +5,11 @@
 * Straightforward VeloBins: all tokens in every layer, bin encodings recomputed per forward.
 * TorchScript frozen: the exported (traced) fused path, frozen + optimize_for_inference.
 
-The first two run the fused eval path (velobins_net.fastpath) with the native kernels
-(velobins_net.native: the all-token attention, and for VeloBins the bin decoder in one call) when
-they are built; ``VELOBINS_NATIVE_KERNELS=0`` measures the pure-PyTorch path. The line "native
-kernels:" says which ran.
+The first two run the model's forward on its cached derived weights, with the accelerator layer
+(velobins_net.accel: the native all-token attention, and for VeloBins the bin decoder in one
+native call) when the kernels are built; ``VELOBINS_NATIVE_KERNELS=0`` measures the pure-PyTorch
+path. The line "native kernels:" says which ran. The straightforward row is ``reference_forward``
+of velobins_net/test/reference.py (the tests' oracle).
 
 How it measures, and why: on the shared 2-core development machines the same call moves by
 ±5-10 % from one second to the next, which is as large as the effect being measured (the bin
@@ -37,13 +38,15 @@ from pathlib import Path
 
 import torch
 
+from velobins_net.accel import kernel_status
 from velobins_net.config import ModelConfig
 from velobins_net.export import ExportWrapper
 from velobins_net.model import VeloBinsNet
-from velobins_net.native import kernel_status
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "velobins_net" / "test"))
 from benchstats import cpu_name, paired_ratio, quartiles
+from reference import reference_forward
 
 ITERS = 100
 VB = "VeloBins (precomputed bins, last token)"
@@ -75,7 +78,7 @@ def time_rounds(cases: dict[str, Callable[[], object]], rounds: int, seed: int =
 
 
 def _frozen(model: VeloBinsNet) -> torch.jit.ScriptModule:
-    """Traced fused path (as exported), frozen and optimised for inference (deployment row)."""
+    """Traced export wrapper (as exported), frozen and optimised for inference (deployment row)."""
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         traced = torch.jit.trace(ExportWrapper(model), (torch.randn(1, 100, 10),), check_trace=False)
@@ -97,7 +100,7 @@ def main() -> None:
             {
                 VB: lambda: bins(x),
                 REG: lambda: reg(x),
-                PLAIN: lambda: bins(x, last_token_only=False, use_cache=False),
+                PLAIN: lambda: reference_forward(bins, x),
                 FROZEN: lambda: frozen(x),
             },
             args.rounds,

@@ -3,13 +3,14 @@
 * optimised: :func:`velobins_net.train.train_epoch` as :func:`velobins_net.train.train` runs it:
   one vectorised gather per batch from the contiguous window array, the fused encoder path with
   a last-token-only final transformer layer, the native small-head attention kernel
-  (:mod:`velobins_net.native`) and oneDNN linears (:mod:`velobins_net.onednn_linear`) in the
-  all-token layer (``VELOBINS_NATIVE_KERNELS=0`` measures without both), the active-set label
+  (:mod:`velobins_net.accel.native`) and oneDNN linears (:mod:`velobins_net.accel.onednn_linear`) in
+  the all-token layer (``VELOBINS_NATIVE_KERNELS=0`` measures without both), the active-set label
   solver (:func:`velobins_net.labels.error_conditioned_labels`) and fused Adam.
 * straightforward: ``torch.utils.data.DataLoader`` over per-window ``__getitem__`` with default
-  collation, every token through every layer module by module, the plain label solver
-  (:func:`velobins_net.labels.reference_error_conditioned_labels`: all rows iterate until the
-  last converges) and default Adam. This is the pre-optimisation implementation, unchanged.
+  collation, every token through every layer module by module (``reference_forward`` of
+  ``velobins_net/test/reference.py``), the plain label solver (``reference_error_conditioned_labels``
+  there: all rows iterate until the last converges) and default Adam. This is the
+  pre-optimisation implementation, unchanged; it lives beside the tests, which use it as oracle.
 
 The label, attention and FFN-linear rows time both label solvers, the native and PyTorch attention
 kernels, and oneDNN's and PyTorch's linear (forward + backward of the all-token layer's ops at
@@ -20,7 +21,7 @@ turns batch by batch (fair under load from other processes). Besides the overall
 per-batch ratio (straightforward ÷ optimised of the same turn) is printed as median and
 interquartile range, so a reader sees how much of the figure is noise on a shared machine.
 Like ``velobins train`` on CPU, the process first keeps freed memory for reuse
-(:func:`velobins_net.cpu_memory.reuse_freed_memory`); that setting is process-wide, so the
+(:func:`velobins_net.accel.reuse_freed_memory`); that setting is process-wide, so the
 straightforward baseline in the same process gets it too. ``--keep-default-malloc`` leaves glibc's
 defaults, to measure what the setting itself is worth.
 Target: optimised ≥ 2× straightforward. Run: .venv/bin/python benchmarks/bench_net_train.py [--batches 20]
@@ -39,21 +40,22 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
+from velobins_net.accel import kernel_status, reuse_freed_memory
+from velobins_net.accel.native import attention, native_applies, reference_attention
+from velobins_net.accel.onednn_linear import linear, onednn_applies
 from velobins_net.bins import BinGrid, velocity_range_from
 from velobins_net.config import ModelConfig
-from velobins_net.cpu_memory import reuse_freed_memory
 from velobins_net.data import WindowDataset
-from velobins_net.labels import error_conditioned_labels, reference_error_conditioned_labels
+from velobins_net.labels import error_conditioned_labels
 from velobins_net.losses import variant_loss
 from velobins_net.model import VeloBinsNet
-from velobins_net.native import attention, kernel_status, native_applies, reference_attention
-from velobins_net.onednn_linear import linear, onednn_applies
 from velobins_net.train import TrainConfig, epoch_batches, make_optimizer, resolve_model_config, train_epoch
 from velobins_net.variants import parse_variant
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "velobins_net" / "test"))
 from benchstats import cpu_name, quartiles
+from reference import reference_error_conditioned_labels, reference_forward
 from synthetic import make_flight
 
 BATCH = 128
@@ -91,7 +93,7 @@ def main() -> None:
 
     def slow_step() -> None:
         x, y = next(it)
-        out = slow(x, last_token_only=False, use_cache=False)
+        out = reference_forward(slow, x)
         loss, _ = variant_loss(variant, out, y, grid, slow.bins.centres, label_fn=reference_error_conditioned_labels)
         slow_opt.zero_grad()
         loss.backward()

@@ -104,6 +104,6 @@ fi
     set +u
     # shellcheck disable=SC1091
     source "$ROOT/scripts/env.sh" >/dev/null
-    python -m velobins_net.native 2>&1 | tail -n 1 | sed 's/^/bootstrap: /'
+    python -m velobins_net.accel.native 2>&1 | tail -n 1 | sed 's/^/bootstrap: /'
 )
 say "ready: source scripts/env.sh"

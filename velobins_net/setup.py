@@ -8,7 +8,7 @@ setup(
     name=PACKAGE,
     version="0.1.0",
     packages=find_packages(exclude=["test"]),
-    package_data={PACKAGE: ["*.cpp"]},  # the native attention kernel, compiled on first use
+    package_data={PACKAGE + ".accel": ["*.cpp"]},  # the native kernels, compiled on first use
     data_files=[
         ("share/ament_index/resource_index/packages", ["resource/" + PACKAGE]),
         ("share/" + PACKAGE, ["package.xml"]),

@@ -14,7 +14,7 @@ _PROBE = textwrap.dedent(
     import resource, sys
     import torch
     from velobins_net.config import ModelConfig
-    from velobins_net.cpu_memory import reuse_freed_memory
+    from velobins_net.accel import reuse_freed_memory
     from velobins_net.model import VeloBinsNet
     torch.set_num_threads(1)
     if sys.argv[1] == "tuned":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+from reference import reference_error_conditioned_labels
 
 from velobins_net.bins import BinGrid
 from velobins_net.labels import error_conditioned_labels, gaussian_bin_mass
@@ -82,3 +83,14 @@ def test_rows_already_centred_are_returned_untilted():
     sigma = torch.full_like(v, 3 * GRID.width)
     q = error_conditioned_labels(v + sigma, v, GRID)
     torch.testing.assert_close(q, gaussian_bin_mass(v, sigma, GRID), rtol=0, atol=0)
+
+
+def test_labels_equal_the_straightforward_solver():
+    """The active-set solver and the oracle (every row iterated, two erfc calls) give the same labels."""
+    grid = BinGrid(128, 3.0)
+    gen = torch.Generator().manual_seed(3)
+    v = (torch.rand(64, 3, generator=gen, dtype=torch.float64) * 2 - 1) * 2.9
+    v_hat = v + torch.randn(64, 3, generator=gen, dtype=torch.float64) * torch.logspace(-3, 0, 3, dtype=torch.float64)
+    torch.testing.assert_close(
+        error_conditioned_labels(v_hat, v, grid), reference_error_conditioned_labels(v_hat, v, grid), rtol=0, atol=1e-9
+    )

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from reference import reference_encoder, reference_forward
 
-from velobins_net.bins import BinGrid, decode, velocity_range_from
+from velobins_net.bins import BinGrid, bin_variance, decode, expected_velocity, velocity_range_from
 from velobins_net.config import ModelConfig
 from velobins_net.model import VeloBinsNet, count_parameters
 
@@ -37,35 +38,36 @@ def test_last_token_only_equals_all_token_computation(head, kw):
     x = torch.randn(4, 100, 10)
     with torch.no_grad():
         fast = model(x)
-        slow = model(x, last_token_only=False, use_cache=False)
-        h_fast = model.encoder(x, last_token_only=True)
-        h_slow = model.encoder(x, last_token_only=False)
+        slow = reference_forward(model, x)
+        h_fast = model.encoder(x)
+        h_slow = reference_encoder(model.encoder, x)
     torch.testing.assert_close(h_fast, h_slow, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(fast.v, slow.v, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(fast.var, slow.var, rtol=1e-5, atol=1e-6)
 
 
-def test_bin_encoding_cache_is_used_in_eval_and_dropped_for_training():
+def test_bin_encoding_cache_is_used_without_gradients_and_follows_parameters():
     torch.manual_seed(0)
     model = VeloBinsNet(ModelConfig(num_bins=32)).eval()
     dec = model.bins
     with torch.inference_mode():
-        a = dec.bin_features()
-        b = dec.bin_features()
+        a = model.inference_head_weights().features_t
+        b = model.inference_head_weights().features_t
     assert a is b  # computed once
-    torch.testing.assert_close(a, dec.compute_bin_features().detach())
-    model.train()
-    assert dec._cache is None
+    torch.testing.assert_close(a, dec.bin_features().detach().t())
     with torch.no_grad():
         dec.gamma.mul_(2.0)  # a training step changes the encodings
-    model.eval()
-    torch.testing.assert_close(dec.bin_features(), dec.compute_bin_features().detach())
-    assert not torch.allclose(dec.bin_features(), a)
-    # loading new weights while in eval mode must also drop the cache
+    with torch.no_grad():
+        c = model.inference_head_weights().features_t
+    torch.testing.assert_close(c, dec.bin_features().t())
+    assert not torch.allclose(c, a)
+    # loading new weights must also be seen
     other = VeloBinsNet(ModelConfig(num_bins=32)).eval()
-    other.bins.bin_features()
+    with torch.no_grad():
+        other.inference_head_weights()
     other.load_state_dict(model.state_dict())
-    torch.testing.assert_close(other.bins.bin_features(), dec.bin_features())
+    with torch.no_grad():
+        torch.testing.assert_close(other.inference_head_weights().features_t, c)
 
 
 def test_cached_features_usable_outside_inference_mode_with_grad():
@@ -80,7 +82,11 @@ def test_decode_matches_definitions():
     rng = np.random.default_rng(1)
     b = np.linspace(-2, 2, 11)
     p = rng.dirichlet(np.ones(11), size=(5, 3))
-    v, var = decode(torch.from_numpy(p), torch.from_numpy(b))
+    v = expected_velocity(torch.from_numpy(p), torch.from_numpy(b))
+    var = bin_variance(torch.from_numpy(p), torch.from_numpy(b), v)
+    v2, var2 = decode(torch.from_numpy(np.log(p)), torch.from_numpy(b))
+    np.testing.assert_allclose(v2.numpy(), v.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(var2.numpy(), var.numpy(), rtol=1e-12)
     v_ref = (p * b).sum(-1)
     var_ref = (p * (b - v_ref[..., None]) ** 2).sum(-1)
     np.testing.assert_allclose(v.numpy(), v_ref, rtol=1e-12)
@@ -112,7 +118,8 @@ def test_normalisation_buffers_frozen_and_rpm_squared():
         model(x * 5)
     torch.testing.assert_close(model.encoder.norm_mean, mean)
     assert "encoder.norm_mean" in model.state_dict()
-    z = model.encoder.preprocess(x)
+    w = model.encoder.weights(dense_mix=False)
+    z = torch.addcmul(w.in_shift, torch.where(w.square_mask, x * x, x), w.in_scale)
     torch.testing.assert_close(z[..., 6:], (x[..., 6:] ** 2 - mean[6:]) / 2.0)
     torch.testing.assert_close(z[..., :6], (x[..., :6] - mean[:6]) / 2.0)
     with pytest.raises(ValueError, match="std"):

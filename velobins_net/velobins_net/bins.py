@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from . import accel
 from .config import RANGE_MARGIN
 
 
@@ -75,16 +76,36 @@ def velocity_range_from(body_velocities: Iterable[np.ndarray], margin: float = R
     return margin * peak
 
 
-def decode(probs: torch.Tensor, centres: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Velocity and variance from bin probabilities.
+def expected_velocity(probs: torch.Tensor, centres: torch.Tensor) -> torch.Tensor:
+    """v̂ = Σ_n π_n b_n (eq:decode); probs (..., N), centres (N,) → (...,)."""
+    return probs @ centres
 
-    Args:
-        probs: (..., N) per-axis distribution π (sums to one over the last dim).
-        centres: (N,) bin centres b.
 
-    Returns:
-        v̂ = Σ π b (eq:decode) and σ̂² = Σ π (b − v̂)² (eq:bin_variance), each (...,).
+def bin_variance(probs: torch.Tensor, centres: torch.Tensor, mean: torch.Tensor) -> torch.Tensor:
+    """σ̂² = Σ_n π_n (b_n − v̂)² (eq:bin_variance) about ``mean`` = v̂; probs (..., N) → (...,)."""
+    return (probs * (centres - mean.unsqueeze(-1)).square()).sum(-1)
+
+
+def decode(logits: torch.Tensor, centres: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Bin logits (..., N) → (v̂, σ̂²), each (...,): π = softmax(logits) (eq:softmax), then eq:decode, eq:bin_variance."""
+    probs = torch.softmax(logits, dim=-1)
+    v = expected_velocity(probs, centres)
+    return v, bin_variance(probs, centres, v)
+
+
+def decode_queries(
+    queries: torch.Tensor, features_t: torch.Tensor, centres: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-axis queries θ_i(h) (..., D) against bin features φ(enc(b))ᵀ (D, N) → (logits (..., N), v̂ (...), σ̂² (...)).
+
+    logits = θ_i(h) · φ(enc(b_n)) (eq:softmax), decoded by :func:`decode`. Gradient-free float32
+    CPU calls run all of it in one native call (:func:`velobins_net.accel.bin_decode`, the same
+    formulas), anything else these PyTorch expressions.
     """
-    v = probs @ centres
-    var = (probs * (centres - v.unsqueeze(-1)).square()).sum(-1)
-    return v, var
+    native = accel.bin_decode(queries.reshape(-1, queries.shape[-1]), features_t, centres)
+    if native is not None:
+        rows = queries.shape[:-1]
+        logits, v, var = native
+        return logits.view(*rows, -1), v.view(rows), var.view(rows)
+    logits = queries @ features_t
+    return (logits, *decode(logits, centres))

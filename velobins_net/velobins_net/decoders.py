@@ -12,24 +12,29 @@ PE(b) uses the normalised coordinate u = b/R ∈ (−1, 1): channels c < C/2 are
 others cos(ω_c u), with ω_c = π·F^(c/(C/2−1)) geometrically spaced from π to F·π (F = 64), so
 the slowest channel is monotone over the range and the fastest resolves a few bins at N = 512.
 
-The bin encodings do not depend on the input: in eval mode φ(enc(b)) is computed once and
-cached; switching to training mode or loading a state dict drops the cache.
+The bin encodings do not depend on the input, so gradient-free calls of the model reuse
+φ(enc(b)) until a parameter changes (:class:`velobins_net.accel.DerivedCache`).
+
+The modules here hold the decoders' parameters; :class:`velobins_net.model.VeloBinsNet` applies
+all of them to h as one affine map. The reported variance by uncertainty source (B, C, B+C) is
+:func:`reported_variance`.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from .bins import BinGrid, decode
+from .bins import BinGrid
 from .config import ModelConfig
 
 PE_MAX_FREQUENCY = 64.0
 """F: the fastest PE channel has angular frequency F·π in the normalised coordinate u = b/R."""
+
+UNCERTAINTY_SOURCES = ("B", "C", "B+C")
+"""Reported variance: bin variance (B), covariance decoder (C), or their sum (§V, Table II superscript)."""
 
 
 def fixed_positional_encoding(u: torch.Tensor, channels: int) -> torch.Tensor:
@@ -42,8 +47,46 @@ def fixed_positional_encoding(u: torch.Tensor, channels: int) -> torch.Tensor:
     return torch.cat([torch.sin(arg), torch.cos(arg)], dim=1).float()
 
 
+def learnable_sine_encoding(pe: torch.Tensor, gamma: torch.Tensor) -> torch.Tensor:
+    """SPE(b) = sin(γ ⊙ PE(b)) (eq:spe); pe (N, C), gamma (C,) → (N, C)."""
+    return torch.sin(gamma * pe)
+
+
+def covariance_variance(log_sigma: torch.Tensor) -> torch.Tensor:
+    """Variance of the covariance decoder, σ² = exp(2 log σ)."""
+    return torch.exp(2.0 * log_sigma)
+
+
+def check_uncertainty(source: str, has_bins: bool, has_cov: bool) -> None:
+    """Raise ValueError unless ``source`` is B, C or B+C and the model has the decoders it needs."""
+    if source not in UNCERTAINTY_SOURCES:
+        raise ValueError(f"uncertainty: must be one of {UNCERTAINTY_SOURCES}, got {source!r}")
+    if "B" in source and not has_bins:
+        raise ValueError(f"uncertainty {source!r}: this model has no bin decoder")
+    if "C" in source and not has_cov:
+        raise ValueError(f"uncertainty {source!r}: this model has no covariance decoder (cov_head)")
+
+
+def reported_variance(source: str, bin_var: torch.Tensor | None, log_sigma: torch.Tensor | None) -> torch.Tensor:
+    """The variance a model reports for uncertainty source ``B``, ``C`` or ``B+C`` (§V, Table II superscript).
+
+    ``B``: the bin variance (eq:bin_variance); ``C``: the covariance decoder's exp(2 log σ);
+    ``B+C``: their sum.
+
+    Raises:
+        ValueError: an unknown source, or one the model has no decoder for.
+    """
+    check_uncertainty(source, bin_var is not None, log_sigma is not None)
+    if source == "B":
+        assert bin_var is not None
+        return bin_var
+    assert log_sigma is not None
+    var = covariance_variance(log_sigma)
+    return var if source == "C" else bin_var + var
+
+
 class BinDecoder(nn.Module):
-    """h (B, D_h) → bin logits (B, 3, N) (eq:softmax), plus decoding to (v̂, σ̂²)."""
+    """Parameters of the bin decoder: per-axis queries θ_i(h) and bin features φ(enc(b)) (eq:softmax)."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -51,7 +94,6 @@ class BinDecoder(nn.Module):
         self.num_bins = cfg.num_bins
         grid = BinGrid(cfg.num_bins, cfg.velocity_range)
         self.register_buffer("centres", grid.centres())
-        self._cache: torch.Tensor | None = None
         if self.encoding == "direct":
             self.theta = nn.Linear(cfg.d_model, 3 * cfg.num_bins)
         else:
@@ -60,67 +102,24 @@ class BinDecoder(nn.Module):
             self.gamma = nn.Parameter(torch.ones(cfg.enc_channels)) if self.encoding == "spe" else None
             self.phi = nn.Linear(cfg.enc_channels, cfg.enc_dim)
             self.theta = nn.Linear(cfg.d_model, 3 * cfg.enc_dim)
-        self._register_load_state_dict_pre_hook(self._drop_cache_hook)
 
-    # ------------------------------------------------------------------ bin encodings and cache
-    def compute_bin_features(self) -> torch.Tensor:
-        """(N, D) φ(enc(b)) computed from the current parameters (no cache)."""
-        enc = self.pe if self.gamma is None else torch.sin(self.gamma * self.pe)
+    def bin_features(self) -> torch.Tensor:
+        """(N, D) φ(enc(b)) from the current parameters: enc = PE (``pe``) or SPE (``spe``)."""
+        enc = self.pe if self.gamma is None else learnable_sine_encoding(self.pe, self.gamma)
         return self.phi(enc)
-
-    def bin_features(self, use_cache: bool = True) -> torch.Tensor:
-        """φ(enc(b)), cached in eval mode (input-independent, §III-B / Inference and Runtime)."""
-        if self.training or not use_cache:
-            return self.compute_bin_features()
-        if self._cache is None:
-            with torch.inference_mode(False), torch.no_grad():
-                self._cache = self.compute_bin_features().detach().clone()
-        return self._cache
-
-    def invalidate_cache(self) -> None:
-        """Forget the cached bin features (parameters changed)."""
-        self._cache = None
-
-    def train(self, mode: bool = True) -> BinDecoder:
-        """Switching mode drops the cache, so training never sees stale encodings."""
-        self._cache = None
-        return super().train(mode)
-
-    def _drop_cache_hook(self, *args: Any, **kwargs: Any) -> None:
-        self._cache = None
-
-    # ------------------------------------------------------------------ forward
-    def forward(self, h: torch.Tensor, use_cache: bool = True) -> torch.Tensor:
-        """h (B, D_h) → logits (B, 3, N)."""
-        if self.encoding == "direct":
-            return self.theta(h).view(h.shape[0], 3, self.num_bins)
-        q = self.theta(h).view(h.shape[0], 3, self.enc_dim)
-        return q @ self.bin_features(use_cache).t()
-
-    def decode(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """logits (B, 3, N) → v̂ (B, 3) (eq:decode), σ̂² (B, 3) (eq:bin_variance)."""
-        return decode(F.softmax(logits, dim=-1), self.centres)
 
 
 class CovarianceHead(nn.Module):
-    """AI-IO covariance decoder: h → log σ per axis (B, 3); variance = exp(2 log σ)."""
+    """Parameters of the AI-IO covariance decoder: h → log σ per axis (B, 3); see :func:`covariance_variance`."""
 
     def __init__(self, d_model: int):
         super().__init__()
         self.linear = nn.Linear(d_model, 3)
-
-    def forward(self, h: torch.Tensor) -> torch.Tensor:
-        """h (B, D_h) → log σ (B, 3)."""
-        return self.linear(h)
 
 
 class RegressionHead(nn.Module):
-    """AI-IO regression baseline: velocity head h → v̂ (B, 3)."""
+    """Parameters of the AI-IO regression baseline's velocity head: h → v̂ (B, 3)."""
 
     def __init__(self, d_model: int):
         super().__init__()
         self.linear = nn.Linear(d_model, 3)
-
-    def forward(self, h: torch.Tensor) -> torch.Tensor:
-        """h (B, D_h) → v̂ (B, 3)."""
-        return self.linear(h)

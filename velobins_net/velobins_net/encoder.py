@@ -25,30 +25,39 @@ total                                                                      69 93
 69 936 is within 0.2 % of the paper's 69.8 k. Time positions use a fixed sinusoidal encoding
 (no parameters, any window length).
 
-Speed trick (exact): only h = the last token of the last layer is used, so the last layer runs
-its query, attention output and feed-forward for the last token only; with one query per head
-its attention folds into per-head (d × d) matrices so no key or value is projected at all
-(:func:`velobins_net.fastpath._last_layer`). That path runs on fused weights
-(:mod:`velobins_net.fastpath`: one block-diagonal branch convolution, no module calls), cached in
-eval mode when gradients are off. :meth:`Encoder.forward` with ``last_token_only=False`` runs the
-plain module-by-module all-token computation (the reference for tests and the "straightforward"
-benchmark baseline); :meth:`TransformerLayer.forward` keeps an unfolded last-token option.
+One forward, for training and inference: :meth:`Encoder.forward` runs :func:`encode` on weights
+derived from the parameters (:meth:`Encoder.weights`), which computes the same function as the
+layer-by-layer description above with fewer and cheaper ops:
+
+* standardisation as one ``addcmul`` (x·(1/std) − mean/std), the ω² rotor feature as one ``where``;
+* the three per-modality branch convolutions as ONE convolution with a block-diagonal weight
+  (zero blocks contribute exact zeros), so no slicing of the input and no ``cat``;
+* the grouped mixing convolution kept grouped (large batches: fewest FLOPs) or as an equivalent
+  dense block-diagonal convolution (small batches: the grouped kernel has a large fixed cost);
+* projection and time encoding in one ``baddbmm`` with the precomputed (time PE + bias);
+* every layer but the last on every token, the last layer for the last token only, since only
+  h = the last token of the last layer is used (:mod:`velobins_net.transformer`).
+
+With gradients the weights are rebuilt from the parameters on every call (training
+back-propagates through them); without, they are cached until a parameter changes
+(:class:`velobins_net.accel.DerivedCache`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import accel
 from .config import ModelConfig
-from .fastpath import EncoderWeights, encode, fuse_encoder, map_tensors
+from .transformer import LastTokenWeights, LayerWeights, TransformerLayer, all_tokens, last_token
 
 DENSE_MIX_MAX_BATCH = 16
-"""Inference batches up to this size use the dense block-diagonal mixing convolution (fixed cost
+"""Gradient-free batches up to this size use the dense block-diagonal mixing convolution (fixed cost
 of the grouped kernel dominates there); larger ones keep the grouped kernel (1/3 of the FLOPs)."""
 
 
@@ -62,39 +71,72 @@ def sinusoidal_table(length: int, dim: int, base: float = 10000.0) -> torch.Tens
     return table.float()
 
 
-class TransformerLayer(nn.Module):
-    """Pre-norm transformer encoder layer with fused attention and a last-token-only path."""
+@dataclass(frozen=True)
+class EncoderWeights:
+    """Everything :func:`encode` needs, derived from an :class:`Encoder` (:meth:`Encoder.weights`).
 
-    def __init__(self, d_model: int, num_heads: int, ffn_dim: int):
-        super().__init__()
-        self.d_model = d_model
-        self.num_heads = num_heads
-        self.norm1 = nn.LayerNorm(d_model)
-        self.qkv = nn.Linear(d_model, 3 * d_model)
-        self.out = nn.Linear(d_model, d_model)
-        self.norm2 = nn.LayerNorm(d_model)
-        self.ff1 = nn.Linear(d_model, ffn_dim)
-        self.ff2 = nn.Linear(ffn_dim, d_model)
+    Attributes:
+        in_scale: (C,) 1/std of the input channels.
+        in_shift: (C,) −mean/std.
+        square_mask: (C,) bool, True on rotor channels fed as ω² (rpm), or None (pwm).
+        conv_w: (3c, C, k) block-diagonal fusion of the acc / gyro / rotor branch convolutions.
+        conv_b: (3c,) their biases.
+        mix_w: mixing convolution weight, grouped (3c, c, k) or dense block-diagonal (3c, 3c, k).
+        mix_b: (3c,) its bias.
+        mix_groups: 3 for the grouped weight, 1 for the dense one.
+        padding: 'same' padding of the convolutions.
+        proj_wt: (3c, d) transposed projection weight.
+        pe_bias: (T, d) time encoding plus projection bias.
+        layers: every layer but the last (all tokens).
+        last: the last layer (last token only), or None without transformer layers.
+        norm_w: (d,) final LayerNorm weight.
+        norm_b: (d,) final LayerNorm bias.
+        num_heads: attention heads.
+        d_model: transformer width d (a plain int, so exporters see a static LayerNorm shape).
+    """
 
-    def _heads(self, t: torch.Tensor) -> torch.Tensor:
-        b, n, _ = t.shape
-        return t.view(b, n, self.num_heads, self.d_model // self.num_heads).transpose(1, 2)
+    in_scale: torch.Tensor
+    in_shift: torch.Tensor
+    square_mask: torch.Tensor | None
+    conv_w: torch.Tensor
+    conv_b: torch.Tensor
+    mix_w: torch.Tensor
+    mix_b: torch.Tensor
+    mix_groups: int
+    padding: int
+    proj_wt: torch.Tensor
+    pe_bias: torch.Tensor
+    layers: tuple[LayerWeights, ...]
+    last: LastTokenWeights | None
+    norm_w: torch.Tensor
+    norm_b: torch.Tensor
+    num_heads: int
+    d_model: int
 
-    def forward(self, x: torch.Tensor, last_token_only: bool = False) -> torch.Tensor:
-        """x (B, T, d) → (B, T, d), or (B, 1, d) holding only the last token when ``last_token_only``."""
-        d = self.d_model
-        y = self.norm1(x)
-        w, b = self.qkv.weight, self.qkv.bias
-        kv = F.linear(y, w[d:], b[d:])
-        k, v = kv.split(d, dim=-1)
-        if last_token_only:
-            x = x[:, -1:]
-            y = y[:, -1:]
-        q = F.linear(y, w[:d], b[:d])
-        a = F.scaled_dot_product_attention(self._heads(q), self._heads(k), self._heads(v))
-        a = a.transpose(1, 2).reshape(x.shape[0], x.shape[1], d)
-        x = x + self.out(a)
-        return x + self.ff2(F.gelu(self.ff1(self.norm2(x))))
+
+def block_diagonal(blocks: list[torch.Tensor]) -> torch.Tensor:
+    """Conv weights (out_i, in_i, k) → (Σ out_i, Σ in_i, k) with zeros off the diagonal blocks (differentiable)."""
+    total_in = sum(b.shape[1] for b in blocks)
+    rows, start = [], 0
+    for b in blocks:
+        rows.append(F.pad(b, (0, 0, start, total_in - start - b.shape[1])))
+        start += b.shape[1]
+    return torch.cat(rows, dim=0)
+
+
+def encode(x: torch.Tensor, w: EncoderWeights) -> torch.Tensor:
+    """Raw window x (B, T, 6+K) → last-step feature h (B, d) (§III-B, see the module doc)."""
+    if w.square_mask is not None:
+        x = torch.where(w.square_mask, x * x, x)  # thrust ∝ ω²
+    z = torch.addcmul(w.in_shift, x, w.in_scale).transpose(1, 2)  # (B, C, T), standardised
+    z = accel.gelu(F.conv1d(z, w.conv_w, w.conv_b, padding=w.padding))  # the three branches
+    z = accel.gelu(F.conv1d(z, w.mix_w, w.mix_b, padding=w.padding, groups=w.mix_groups))
+    z = torch.baddbmm(w.pe_bias, z.transpose(1, 2), w.proj_wt.expand(z.shape[0], -1, -1))  # proj + time PE
+    for lw in w.layers:
+        z = all_tokens(z, lw, w.num_heads, w.d_model)
+    # only h = the last token of the last layer is used: run that layer for the last token only
+    h = z[:, -1] if w.last is None else last_token(z, w.last, w.num_heads, w.d_model)
+    return F.layer_norm(h, (w.d_model,), w.norm_w, w.norm_b)
 
 
 class Encoder(nn.Module):
@@ -117,38 +159,53 @@ class Encoder(nn.Module):
         self.register_buffer("time_pe", sinusoidal_table(cfg.window_len, d), persistent=False)
         self.layers = nn.ModuleList(TransformerLayer(d, cfg.num_heads, cfg.ffn_dim) for _ in range(cfg.num_layers))
         self.norm = nn.LayerNorm(d)
-        self._fused: tuple[EncoderWeights, EncoderWeights] | None = None
-        self._register_load_state_dict_pre_hook(self._drop_cache_hook)
+        self._cache: accel.DerivedCache[EncoderWeights] = accel.DerivedCache()
 
-    # ------------------------------------------------------------------ fused-weight cache
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x (B, T, 6+K) raw window → h (B, D_h): :func:`encode` on this encoder's weights."""
+        if x.shape[1] != self.window_len:
+            raise ValueError(f"encoder input: expected {self.window_len} time steps, got {x.shape[1]}")
+        if torch.is_grad_enabled():
+            return encode(x, self.weights(dense_mix=False))
+        dense = x.shape[0] <= DENSE_MIX_MAX_BATCH
+        return encode(x, self._cache.get((self,), dense, lambda: self.weights(dense)))
+
     def inference_weights(self, batch: int = 1) -> EncoderWeights:
-        """Fused weights for a gradient-free eval forward of ``batch`` windows, computed once and cached.
+        """Detached weights for a gradient-free forward of ``batch`` windows (cached; used by the exporter)."""
+        dense = batch <= DENSE_MIX_MAX_BATCH
+        return self._cache.get((self,), dense, lambda: self.weights(dense))
 
-        The cache is dropped by :meth:`train`, device/dtype moves, ``load_state_dict`` and
-        :meth:`set_normalization`; call :meth:`invalidate_cache` after editing parameters in place
-        while in eval mode.
+    def weights(self, dense_mix: bool) -> EncoderWeights:
+        """Weights of :func:`encode` derived from the parameters (differentiable in them).
+
+        ``dense_mix``: express the grouped mixing convolution as a dense block-diagonal one.
         """
-        if self._fused is None:
-            with torch.inference_mode(False), torch.no_grad():
-                self._fused = (_detached(fuse_encoder(self, True)), _detached(fuse_encoder(self, False)))
-        return self._fused[0] if batch <= DENSE_MIX_MAX_BATCH else self._fused[1]
-
-    def invalidate_cache(self) -> None:
-        """Forget the cached fused weights (parameters or normalisation changed)."""
-        self._fused = None
-
-    def train(self, mode: bool = True) -> Encoder:
-        """Switching mode drops the fused-weight cache."""
-        self._fused = None
-        return super().train(mode)
-
-    def _apply(self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True) -> Encoder:
-        """Device / dtype moves (``to``, ``double`` …) drop the caches."""
-        self._fused = None
-        return super()._apply(fn, recurse)
-
-    def _drop_cache_hook(self, *args: object, **kwargs: object) -> None:
-        self._fused = None
+        square_mask = None
+        if self.square_rotor:
+            square_mask = torch.arange(self.norm_mean.shape[0], device=self.norm_mean.device) >= 6
+        mix_w, groups = self.mix_conv.weight, self.mix_conv.groups
+        if dense_mix and groups > 1:
+            mix_w, groups = block_diagonal(list(mix_w.chunk(groups, dim=0))), 1
+        layers = list(self.layers)
+        return EncoderWeights(
+            in_scale=1.0 / self.norm_std,
+            in_shift=-self.norm_mean / self.norm_std,
+            square_mask=square_mask,
+            conv_w=block_diagonal([self.acc_conv.weight, self.gyro_conv.weight, self.rotor_conv.weight]),
+            conv_b=torch.cat([self.acc_conv.bias, self.gyro_conv.bias, self.rotor_conv.bias]),
+            mix_w=mix_w,
+            mix_b=self.mix_conv.bias,
+            mix_groups=groups,
+            padding=self.acc_conv.padding[0],
+            proj_wt=self.proj.weight.t(),
+            pe_bias=self.time_pe + self.proj.bias,
+            layers=tuple(layer.weights() for layer in layers[:-1]),
+            last=layers[-1].last_token_weights() if layers else None,
+            norm_w=self.norm.weight,
+            norm_b=self.norm.bias,
+            num_heads=layers[0].num_heads if layers else 1,
+            d_model=self.proj.out_features,
+        )
 
     def set_normalization(self, mean: torch.Tensor, std: torch.Tensor) -> None:
         """Install training-set statistics of the (rotor-transformed) input channels."""
@@ -158,36 +215,3 @@ class Encoder(nn.Module):
             raise ValueError("normalisation: every channel std must be > 0")
         self.norm_mean.copy_(mean)
         self.norm_std.copy_(std)
-        self._fused = None
-
-    def preprocess(self, x: torch.Tensor) -> torch.Tensor:
-        """Rotor feature (ω² for rpm, raw pwm) then per-channel standardisation; x (B, T, 6+K)."""
-        if self.square_rotor:
-            x = torch.cat([x[..., :6], x[..., 6:].square()], dim=-1)
-        return (x - self.norm_mean) / self.norm_std
-
-    def forward(self, x: torch.Tensor, last_token_only: bool = True) -> torch.Tensor:
-        """x (B, T, 6+K) raw window → h (B, D_h).
-
-        ``last_token_only=True``: fused path (:func:`velobins_net.fastpath.encode`), on cached
-        weights in eval mode without gradients, else on weights fused from the parameters (so
-        training back-propagates into them). ``False``: the plain module-by-module reference.
-        """
-        if x.shape[1] != self.time_pe.shape[0]:
-            raise ValueError(f"encoder input: expected {self.time_pe.shape[0]} time steps, got {x.shape[1]}")
-        if last_token_only:
-            if self.training or torch.is_grad_enabled():
-                return encode(x, fuse_encoder(self, dense_mix=False))
-            return encode(x, self.inference_weights(x.shape[0]))
-        z = self.preprocess(x).transpose(1, 2)  # (B, C, T)
-        z = torch.cat([self.acc_conv(z[:, :3]), self.gyro_conv(z[:, 3:6]), self.rotor_conv(z[:, 6:])], dim=1)
-        z = F.gelu(self.mix_conv(F.gelu(z)))
-        z = self.proj(z.transpose(1, 2)) + self.time_pe
-        for layer in self.layers:
-            z = layer(z)
-        return self.norm(z[:, -1])
-
-
-def _detached(w: EncoderWeights) -> EncoderWeights:
-    """Copy of fused weights with every tensor detached and contiguous (a cache independent of autograd)."""
-    return map_tensors(w, lambda _, t: t.detach().contiguous())

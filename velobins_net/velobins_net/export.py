@@ -1,7 +1,8 @@
 """Export to TorchScript and ONNX for deployment without the Python package.
 
-Both exports wrap the model in :class:`ExportWrapper`, which runs the optimised path (last token
-only, precomputed bin encodings baked in as constants) and returns plain tensors:
+Both exports wrap the model in :class:`ExportWrapper`, which runs the model's own forward
+functions (:func:`velobins_net.encoder.encode`, :func:`velobins_net.model.heads`) on its derived
+weights (precomputed bin encodings baked in as constants) and returns plain tensors:
 ``velocity (B, 3)``, ``variance (B, 3)`` and, for bin models, ``probs (B, 3, N)``.
 Input: ``window (B, T, 6+K)`` raw [acc, gyro, rotor] at the model rate (normalisation inside).
 """
@@ -14,24 +15,27 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .fastpath import EncoderWeights, HeadWeights, map_tensors, tensor_items
-from .model import VeloBinsNet
+from .accel import map_tensors, tensor_items
+from .encoder import EncoderWeights, encode
+from .model import HeadWeights, VeloBinsNet, heads
 
 
 class ExportWrapper(nn.Module):
     """Tensor-only interface of a :class:`VeloBinsNet` in eval mode.
 
-    Runs the fused fast path (:mod:`velobins_net.fastpath`). Its fused weights are registered
-    here as buffers, so tracers and the ONNX exporter see them as module state of known shape.
+    The model's derived weights are registered here as buffers, so tracers and the ONNX exporter
+    see them as module state of known shape. ``uncertainty``: the reported variance source baked
+    into the export (None: the model config's).
     """
 
-    def __init__(self, model: VeloBinsNet):
+    def __init__(self, model: VeloBinsNet, uncertainty: str | None = None):
         super().__init__()
         self.model = model.eval()
         self.has_bins = model.bins is not None
+        self.uncertainty = uncertainty or model.cfg.uncertainty
         with torch.no_grad():
             enc = model.encoder.inference_weights(1)
-            self._heads = model.head_weights()
+            self._heads = model.inference_head_weights()
         self._enc = enc
         self._buffer_names: dict[str, str] = {}
         for path, value in [*tensor_items(enc, "enc"), *tensor_items(self._heads, "head")]:
@@ -49,8 +53,8 @@ class ExportWrapper(nn.Module):
 
     def forward(self, window: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """window (B, T, 6+K) → (velocity, variance[, probs])."""
-        enc, heads = self._weights()
-        out = self.model.fused_forward(window, enc, heads)
+        enc, head_weights = self._weights()
+        out = heads(encode(window, enc), head_weights, self.uncertainty)
         if out.logits is None:
             return out.v, out.var
         return out.v, out.var, torch.softmax(out.logits, dim=-1)

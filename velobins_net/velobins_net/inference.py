@@ -16,10 +16,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .accel import kernel_status
 from .checkpoint import model_from_checkpoint, read_checkpoint
 from .data import interp_columns
+from .decoders import check_uncertainty
 from .model import VeloBinsNet
-from .native import kernel_status
 
 REASONS = ("ok", "rate_limited", "insufficient_imu", "no_rotor", "rotor_stale", "out_of_order", "non_finite")
 """Outcome names counted by :class:`StreamingPredictor`."""
@@ -83,6 +84,8 @@ class StreamingPredictor:
         update_rate_hz: maximum estimate rate; None = the model config's (paper: 20 Hz).
         return_probs: include the bin distribution in each :class:`Prediction`.
         max_imu_rate_hz: highest expected IMU/rotor rate [Hz]; sizes the ring buffers (window + 0.5 s).
+        uncertainty: reported variance source ``B``, ``C`` or ``B+C``; None = the model config's
+            (the variant the checkpoint was trained as).
     """
 
     def __init__(
@@ -92,9 +95,12 @@ class StreamingPredictor:
         update_rate_hz: float | None = None,
         return_probs: bool = False,
         max_imu_rate_hz: float = 1000.0,
+        uncertainty: str | None = None,
     ):
         self.model = model.eval()
         cfg = model.cfg
+        self.uncertainty = uncertainty or cfg.uncertainty
+        check_uncertainty(self.uncertainty, model.bins is not None, model.cov is not None)
         self.window_len = cfg.window_len
         self.rate_hz = cfg.rate_hz
         self.period = 1.0 / (update_rate_hz or cfg.update_rate_hz)
@@ -167,9 +173,9 @@ class StreamingPredictor:
             return None
         stamp, win = res
         self._last_run = stamp
-        with torch.inference_mode():  # gradient-free eval call: the model's fused, cached fast path
+        with torch.inference_mode():  # gradient-free: the model runs on its cached derived weights
             x = torch.from_numpy(win.astype(np.float32)).unsqueeze(0).to(self._device)
-            out = self.model(x)
+            out = self.model(x, uncertainty=self.uncertainty)
         probs = None
         if self.return_probs and out.logits is not None:
             probs = torch.softmax(out.logits[0], dim=-1).cpu().numpy()

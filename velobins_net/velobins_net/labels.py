@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from .bins import BinGrid
+from .bins import BinGrid, bin_variance, expected_velocity
 from .config import SIGMA_MIN_BIN_FRACTION
 
 _TILT_TOL = 1e-11
@@ -68,7 +68,7 @@ def tilt_to_mean(q: torch.Tensor, target: torch.Tensor, centres: torch.Tensor, s
     out = q2.clone()
     u = centres.to(q2.device, torch.float64) / scale
     t = target.to(torch.float64).reshape(-1) / scale
-    f = q2 @ u - t
+    f = expected_velocity(q2, u) - t
     rows = torch.nonzero(f.abs() >= _TILT_TOL).squeeze(1)
     if rows.numel() == 0:
         return out.reshape(shape)
@@ -79,7 +79,7 @@ def tilt_to_mean(q: torch.Tensor, target: torch.Tensor, centres: torch.Tensor, s
     hi = torch.full_like(t, torch.inf)
     for _ in range(_TILT_MAX_ITER):
         m = f + t
-        var = (p * (u - m.unsqueeze(-1)).square()).sum(-1)
+        var = bin_variance(p, u, m)  # dm/dη = Var_η[b]
         lo = torch.where(f < 0, eta, lo)
         hi = torch.where(f > 0, eta, hi)
         newton = eta - f / var.clamp_min(1e-300)
@@ -92,7 +92,7 @@ def tilt_to_mean(q: torch.Tensor, target: torch.Tensor, centres: torch.Tensor, s
         )
         eta = torch.where(ok, newton, fallback)
         p = torch.softmax(logq + eta.unsqueeze(-1) * u, dim=-1)
-        f = p @ u - t
+        f = expected_velocity(p, u) - t
         done = f.abs() < _TILT_TOL
         if bool(done.all()):
             break
@@ -116,49 +116,3 @@ def error_conditioned_labels(v_hat: torch.Tensor, v: torch.Tensor, grid: BinGrid
     sigma = (v_hat.detach().to(torch.float64) - v64).abs().clamp_min(SIGMA_MIN_BIN_FRACTION * grid.width)
     q = gaussian_bin_mass(v64, sigma, grid)
     return tilt_to_mean(q, v64, centres, grid.velocity_range).to(v.dtype)
-
-
-@torch.no_grad()
-def reference_error_conditioned_labels(v_hat: torch.Tensor, v: torch.Tensor, grid: BinGrid) -> torch.Tensor:
-    """Straightforward implementation of :func:`error_conditioned_labels` (same definition, §III-C).
-
-    Φ and 1 − Φ at every edge (two ``erfc`` calls), then Newton on every row until the worst row
-    has converged (one shared stopping test), same safeguards. Kept as the test oracle for the
-    optimised solver and as the label step of the "straightforward" training benchmark baseline.
-    """
-    centres = grid.centres(torch.float64).to(v.device)
-    v64 = v.detach().to(torch.float64).clamp(float(centres[0]), float(centres[-1]))
-    sigma = (v_hat.detach().to(torch.float64) - v64).abs().clamp_min(SIGMA_MIN_BIN_FRACTION * grid.width)
-    lower, upper = grid.edges(torch.float64)
-    edges = torch.cat([lower, upper[-1:]]).to(v.device)
-    z = (edges - v64.unsqueeze(-1)) / sigma.unsqueeze(-1)
-    cdf = 0.5 * torch.special.erfc(-z * _SQRT_HALF)
-    sf = 0.5 * torch.special.erfc(z * _SQRT_HALF)
-    mass = torch.where(z[..., :-1] >= 0, sf[..., :-1] - sf[..., 1:], cdf[..., 1:] - cdf[..., :-1]).clamp_min(0.0)
-    q = mass / mass.sum(-1, keepdim=True)
-    u = centres / grid.velocity_range
-    t = v64 / grid.velocity_range
-    logq = torch.log(q)
-    eta = torch.zeros_like(t)
-    lo = torch.full_like(t, -torch.inf)
-    hi = torch.full_like(t, torch.inf)
-    p = q
-    for _ in range(_TILT_MAX_ITER):
-        p = torch.softmax(logq + eta.unsqueeze(-1) * u, dim=-1)
-        m = p @ u
-        f = m - t
-        if bool((f.abs() < _TILT_TOL).all()):
-            break
-        var = (p * (u - m.unsqueeze(-1)).square()).sum(-1)
-        lo = torch.where(f < 0, eta, lo)
-        hi = torch.where(f > 0, eta, hi)
-        newton = eta - f / var.clamp_min(1e-300)
-        ok = (newton > lo) & (newton < hi) & torch.isfinite(newton)
-        both = torch.isfinite(lo) & torch.isfinite(hi)
-        fallback = torch.where(
-            both,
-            0.5 * (lo + hi),
-            torch.where(torch.isfinite(lo), lo + lo.abs().clamp_min(1.0), hi - hi.abs().clamp_min(1.0)),
-        )
-        eta = torch.where(f.abs() < _TILT_TOL, eta, torch.where(ok, newton, fallback))
-    return p.to(v.dtype)

@@ -54,8 +54,12 @@ def mixture_nll(logits: torch.Tensor, log_sigma: torch.Tensor, v: torch.Tensor, 
     return -log_p.sum(-1).mean()
 
 
-def gaussian_nll(v_hat: torch.Tensor, log_sigma: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """Gaussian NLL with σ = exp(log σ), summed over axes, mean over batch (regression baseline)."""
+def gaussian_nll_sum_over_axes(v_hat: torch.Tensor, log_sigma: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Gaussian NLL with σ = exp(log σ), summed over the three axes, mean over the batch (regression baseline).
+
+    The training loss (eq:total_loss sums per-axis terms); ``velobins_eval.metrics.gaussian_nll``
+    is the evaluation metric, averaged over axes.
+    """
     return (_HALF_LOG_2PI + log_sigma + 0.5 * (v - v_hat).square() * torch.exp(-2.0 * log_sigma)).sum(-1).mean()
 
 
@@ -81,14 +85,14 @@ def variant_loss(
         grid: bin grid (labels).
         centres: (N,) bin centres on the model's device.
         use_nll: regression baseline only: True once past the Huber warm-up epochs.
-        label_fn: builds the KL labels (the straightforward benchmark baseline passes
-            :func:`velobins_net.labels.reference_error_conditioned_labels`).
+        label_fn: builds the KL labels (the straightforward benchmark baseline passes the
+            reference solver of the tests).
     """
     terms: dict[str, torch.Tensor] = {}
     if variant.is_regression:
         assert out.log_sigma is not None
         if use_nll:
-            terms["nll"] = gaussian_nll(out.v, out.log_sigma, v)
+            terms["nll"] = gaussian_nll_sum_over_axes(out.v, out.log_sigma, v)
         else:
             # 0·Σ log σ keeps the (not yet trained) σ head in the graph, as DDP requires.
             terms["huber"] = huber_loss(out.v, v) + 0.0 * out.log_sigma.sum()

@@ -1,28 +1,32 @@
 """The full network: encoder + bin decoder (VeloBins) or regression head (AI-IO baseline).
 
-:class:`VeloBinsNet` maps a raw window (B, T, 6+K) to a :class:`NetOutput`. The reported
-variance ``var`` is the uncertainty source chosen by the variant (§V, Table II superscript):
-``B`` the bin variance (eq:bin_variance), ``C`` the covariance decoder exp(2 log σ), ``B+C``
-their sum.
+:class:`VeloBinsNet` maps a raw window (B, T, 6+K) to a :class:`NetOutput`, one forward for
+training and inference: the encoder (:mod:`velobins_net.encoder`) gives the last-step feature h,
+then every head's linear map runs on h as ONE affine map (:func:`heads`): the per-axis bin
+queries θ_i(h), scored against the bin features and decoded (eq:softmax, eq:decode,
+eq:bin_variance: :func:`velobins_net.bins.decode_queries`), the regression velocity, and the
+covariance decoder's log σ.
 
-In eval mode without gradients (``torch.inference_mode`` / ``no_grad``) the default call runs the
-fused fast path (:mod:`velobins_net.fastpath`): cached fused encoder weights, all heads' linear
-maps as one cached matmul on h and one product with the cached bin features;
-``last_token_only=False`` / ``use_cache=False`` give the plain module-by-module reference.
+The reported variance ``var`` depends on the uncertainty source (§V, Table II superscript), an
+inference-time choice: ``B`` the bin variance, ``C`` the covariance decoder exp(2 log σ), ``B+C``
+their sum (:func:`velobins_net.decoders.reported_variance`). ``forward(x, uncertainty=...)``
+takes it per call; without it, the model config's ``uncertainty`` (the variant it was trained
+as) is used.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
 from torch import nn
 
+from . import accel
+from .bins import decode, decode_queries
 from .config import ModelConfig
-from .decoders import BinDecoder, CovarianceHead, RegressionHead
+from .decoders import BinDecoder, CovarianceHead, RegressionHead, reported_variance
 from .encoder import Encoder
-from .fastpath import EncoderWeights, HeadWeights, encode, heads
 
 
 class NetOutput(NamedTuple):
@@ -43,6 +47,49 @@ class NetOutput(NamedTuple):
     log_sigma: torch.Tensor | None
 
 
+@dataclass(frozen=True)
+class HeadWeights:
+    """All heads on h as one affine map h → [bin queries | velocity (3) | log σ (3)] (present parts only).
+
+    With a bin encoding, the bin block holds the per-axis queries θ_i(h) ∈ R^D (3D columns),
+    scored against the bin features in one (3 × D)·(D × N) product (eq:softmax); with the
+    ``direct`` encoding it holds the 3N logits themselves.
+
+    Attributes:
+        weight_t: (D_h, O) transposed weight of the fused map.
+        bias: (O,) its bias.
+        num_bins: N (0 without a bin decoder).
+        bin_cols: columns of the bin block (3D, 3N for ``direct``, 0 without bins).
+        features_t: (D, N) transposed bin features φ(enc(b)), or None (``direct`` / no bins).
+        centres: (N,) bin centres, or None.
+        has_log_sigma: a covariance (log σ) block comes last.
+    """
+
+    weight_t: torch.Tensor
+    bias: torch.Tensor
+    num_bins: int
+    bin_cols: int
+    features_t: torch.Tensor | None
+    centres: torch.Tensor | None
+    has_log_sigma: bool
+
+
+def heads(h: torch.Tensor, w: HeadWeights, uncertainty: str) -> NetOutput:
+    """h (B, D_h) → :class:`NetOutput`, the reported variance from source ``uncertainty`` (B, C or B+C)."""
+    out = torch.addmm(w.bias, h, w.weight_t)
+    log_sigma = out[:, -3:] if w.has_log_sigma else None
+    if w.num_bins == 0:  # regression baseline: velocity and log σ
+        return NetOutput(out[:, :3], reported_variance(uncertainty, None, log_sigma), None, None, log_sigma)
+    assert w.centres is not None
+    if w.features_t is None:  # direct encoding: the bin block holds the logits themselves
+        logits = out[:, : w.bin_cols].reshape(-1, 3, w.num_bins)
+        v, bin_var = decode(logits, w.centres)
+    else:
+        queries = out[:, : w.bin_cols].reshape(-1, 3, w.features_t.shape[0])
+        logits, v, bin_var = decode_queries(queries, w.features_t, w.centres)
+    return NetOutput(v, reported_variance(uncertainty, bin_var, log_sigma), logits, bin_var, log_sigma)
+
+
 class VeloBinsNet(nn.Module):
     """Encoder + decoder(s) configured by a :class:`ModelConfig`."""
 
@@ -54,46 +101,25 @@ class VeloBinsNet(nn.Module):
         self.reg: RegressionHead | None = RegressionHead(cfg.d_model) if cfg.head == "reg" else None
         need_cov = cfg.head == "reg" or cfg.cov_head
         self.cov: CovarianceHead | None = CovarianceHead(cfg.d_model) if need_cov else None
-        self._heads: HeadWeights | None = None
-        self._register_load_state_dict_pre_hook(self._drop_cache_hook)
+        self._cache: accel.DerivedCache[HeadWeights] = accel.DerivedCache()
 
-    def forward(self, x: torch.Tensor, last_token_only: bool = True, use_cache: bool = True) -> NetOutput:
+    def forward(self, x: torch.Tensor, uncertainty: str | None = None) -> NetOutput:
         """x (B, T, 6+K) raw window → :class:`NetOutput`.
 
-        ``last_token_only=False`` / ``use_cache=False`` give the straightforward computation
-        (same result), kept for tests and benchmarks.
+        Args:
+            x: raw window.
+            uncertainty: reported variance source ``B``, ``C`` or ``B+C``; None: ``cfg.uncertainty``.
         """
-        if last_token_only and use_cache and not self.training and not torch.is_grad_enabled():
-            return self._fast_forward(x)
-        h = self.encoder(x, last_token_only=last_token_only)
-        log_sigma = self.cov(h) if self.cov is not None else None
-        if self.bins is None:
-            assert self.reg is not None and log_sigma is not None
-            return NetOutput(self.reg(h), torch.exp(2.0 * log_sigma), None, None, log_sigma)
-        logits = self.bins(h, use_cache=use_cache)
-        v, bin_var = self.bins.decode(logits)
-        return NetOutput(v, self._reported_var(bin_var, log_sigma), logits, bin_var, log_sigma)
+        return heads(self.encoder(x), self.inference_head_weights(), uncertainty or self.cfg.uncertainty)
 
-    def _reported_var(self, bin_var: torch.Tensor, log_sigma: torch.Tensor | None) -> torch.Tensor:
-        """Variance from the configured uncertainty source (B, C or B+C)."""
-        source = self.cfg.uncertainty
-        if source == "B":
-            return bin_var
-        assert log_sigma is not None
-        return torch.exp(2.0 * log_sigma) if source == "C" else bin_var + torch.exp(2.0 * log_sigma)
+    def inference_head_weights(self) -> HeadWeights:
+        """:meth:`head_weights`, cached for gradient-free calls (rebuilt when a parameter changes)."""
+        if torch.is_grad_enabled():
+            return self.head_weights()
+        return self._cache.get((self.bins, self.reg, self.cov), None, self.head_weights)
 
-    # ------------------------------------------------------------------ fused inference path
     def head_weights(self) -> HeadWeights:
-        """All heads as one cached affine map on h plus the cached bin features (see :mod:`velobins_net.fastpath`).
-
-        Dropped on :meth:`train`, device moves, ``load_state_dict`` and :meth:`invalidate_cache`.
-        """
-        if self._heads is None:
-            with torch.inference_mode(False), torch.no_grad():
-                self._heads = self._fuse_heads()
-        return self._heads
-
-    def _fuse_heads(self) -> HeadWeights:
+        """All heads as one affine map on h plus the bin features (differentiable in the parameters)."""
         weights, biases = [], []
         n = bin_cols = 0
         features_t = centres = None
@@ -102,56 +128,25 @@ class VeloBinsNet(nn.Module):
             weights.append(self.bins.theta.weight.t())
             biases.append(self.bins.theta.bias)
             bin_cols = self.bins.theta.out_features
-            centres = self.bins.centres.detach().clone()
+            centres = self.bins.centres
             if self.bins.encoding != "direct":
-                features_t = self.bins.compute_bin_features().t().detach().contiguous()
-        if self.reg is not None:
-            weights.append(self.reg.linear.weight.t())
-            biases.append(self.reg.linear.bias)
-        if self.cov is not None:
-            weights.append(self.cov.linear.weight.t())
-            biases.append(self.cov.linear.bias)
-        weight_t = torch.cat(weights, dim=1).detach().contiguous()
-        bias = torch.cat(biases).detach().contiguous()
-        return HeadWeights(weight_t, bias, n, bin_cols, features_t, centres, self.cov is not None, self.cfg.uncertainty)
-
-    def _fast_forward(self, x: torch.Tensor) -> NetOutput:
-        """Fused, cached eval path; same outputs as the reference to float rounding."""
-        enc = self.encoder
-        if x.shape[1] != enc.window_len:
-            raise ValueError(f"encoder input: expected {enc.window_len} time steps, got {x.shape[1]}")
-        hw = self._heads if self._heads is not None else self.head_weights()
-        return NetOutput(*heads(encode(x, enc.inference_weights(x.shape[0])), hw))
-
-    def fused_forward(self, x: torch.Tensor, enc: EncoderWeights, hw: HeadWeights) -> NetOutput:
-        """Fast path on given fused weights (the export wrapper passes its own buffers)."""
-        return NetOutput(*heads(encode(x, enc), hw))
+                features_t = self.bins.bin_features().t()
+        for head in (self.reg, self.cov):
+            if head is not None:
+                weights.append(head.linear.weight.t())
+                biases.append(head.linear.bias)
+        return HeadWeights(
+            torch.cat(weights, dim=1), torch.cat(biases), n, bin_cols, features_t, centres, self.cov is not None
+        )
 
     def invalidate_cache(self) -> None:
-        """Forget every cached derived tensor (fused encoder weights, bin features, fused heads).
+        """Forget the derived-weight caches; needed only after editing parameters through ``.data``.
 
-        Needed only after editing parameters in place while in eval mode; mode switches, device
-        moves and ``load_state_dict`` drop the caches themselves.
+        Every other change (optimiser steps, ``load_state_dict``, in-place edits, device or dtype
+        moves, :meth:`Encoder.set_normalization`) is seen by the caches themselves.
         """
-        self.encoder.invalidate_cache()
-        if self.bins is not None:
-            self.bins.invalidate_cache()
-        self._heads = None
-
-    def train(self, mode: bool = True) -> VeloBinsNet:
-        """Switching mode drops every cache (also in the submodules)."""
-        self._heads = None
-        return super().train(mode)
-
-    def _apply(self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True) -> VeloBinsNet:
-        """Device / dtype moves (``to``, ``double`` …) drop the caches."""
-        self._heads = None
-        if self.bins is not None:
-            self.bins.invalidate_cache()
-        return super()._apply(fn, recurse)
-
-    def _drop_cache_hook(self, *args: object, **kwargs: object) -> None:
-        self._heads = None
+        self._cache.clear()
+        self.encoder._cache.clear()
 
 
 def count_parameters(module: nn.Module) -> int:

@@ -26,10 +26,10 @@ import torch.distributed as dist
 from torch import nn
 from tqdm import tqdm
 
+from .accel import reuse_freed_memory
 from .bins import BinGrid, velocity_range_from
 from .checkpoint import CheckpointError, git_commit, read_checkpoint, save_checkpoint
 from .config import ModelConfig, config_differences
-from .cpu_memory import reuse_freed_memory
 from .data import SequenceLike, WindowDataset, describe_sources, fit_normalization
 from .losses import variant_loss
 from .model import VeloBinsNet
@@ -269,7 +269,7 @@ def train(
         reuse_freed_memory()  # activations reuse freed heap blocks instead of page-faulting every step
     seed_everything(cfg.seed)
 
-    base = dataclasses.replace(cfg.model, head="reg" if variant.is_regression else "bins")
+    base = resolve_model_config(cfg, variant, cfg.model.velocity_range)  # window and rotor layout for the data
     train_ds = WindowDataset(train_seqs, base, cfg.stride)
     val_ds = WindowDataset(val_seqs, base, cfg.val_stride)
     r = cfg.velocity_range or velocity_range_from([train_ds.targets.numpy()])

@@ -4,9 +4,9 @@ PyTorch's CPU allocator is the C library's ``malloc``. With glibc's defaults a l
 activation of a training batch: 12 800 tokens × 224 FFN channels is 11.5 MB) may be served by a
 fresh ``mmap`` and handed back to the kernel by ``munmap`` when freed, and memory freed at the top
 of the heap is trimmed back as well. A training step then touches many of its activations' pages
-for the first time again, each zeroed by the kernel before the step writes it: in a standalone
-G+H^B training loop here (batch 128, one thread) 1 450-3 800 minor page faults and 2.6-10.5 ms of
-kernel time per batch, against 140-390 faults and 0.2-0.6 ms with this setting.
+for the first time again, each zeroed by the kernel before the step writes it: thousands of minor
+page faults per batch, against a few hundred with this setting (``benchmarks/bench_net_train.py``
+prints the count).
 
 :func:`reuse_freed_memory` raises glibc's mmap threshold to its maximum (32 MiB on 64-bit) and
 its trim threshold out of reach, so blocks up to 32 MiB come from the heap and are reused by the

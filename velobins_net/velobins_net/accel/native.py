@@ -1,23 +1,22 @@
-"""Native CPU kernels (attention for small heads, the bin decoder at inference), PyTorch as fallback.
+"""Native CPU kernels (all-token attention for small heads, the bin decoder at inference).
 
 :func:`attention` maps the packed projection ``qkv`` (B, T, 3·H·E) to the attention output
 (B, T, H·E), exactly ``F.scaled_dot_product_attention`` per head. On the CPU, for float32/64 and
 head dimensions E ≤ 16, it runs the native kernel: the encoder's all-token layer has E = 12 and
 T = 100, sizes at which PyTorch's CPU kernels spend most of their time outside the arithmetic
-(``benchmarks/bench_net_train.py`` prints both: forward + backward at batch 128, 1 thread,
-14.3–15.0 ms native vs 31.8–32.5 ms PyTorch in two runs on the development machine).
+(``benchmarks/bench_net_train.py`` prints both).
 
-:func:`bin_decode` runs the bin decoder of a window in one call (logits, softmax, v̂, σ̂²;
-eq:softmax, eq:decode, eq:bin_variance) where PyTorch takes about ten ops of fixed cost each;
-that is the streaming predictor's per-window case (``benchmarks/bench_net_latency.py``).
+:func:`bin_decode` is a backend of :func:`velobins_net.bins.decode_queries`: the bin decoder of
+a window in one call (logits, softmax, eq:decode, eq:bin_variance) where PyTorch takes about ten
+small ops (``benchmarks/bench_net_latency.py``).
 
-The kernels are C++ (``native_kernels.cpp``: no PyTorch headers, so it compiles in ~15 s), built
-once per source, compiler and CPU with ``g++ -O3 -march=native`` into the user cache
-(``$VELOBINS_CACHE_DIR``, default ``~/.cache/velobins``) and loaded with ctypes;
-``scripts/bootstrap.sh`` builds them ahead (``python -m velobins_net.native``). Anything that
-stops them (no compiler, a failed build, ``VELOBINS_NATIVE_KERNELS=0``, a GPU tensor, tracing for
-TorchScript/ONNX export, a gradient through the bin decoder) falls back to PyTorch with the same
-results to float rounding; the reason is logged once and :func:`kernel_status` reports it.
+The kernels are C++ (``native_kernels.cpp``: no PyTorch headers), built once per source,
+compiler and CPU with ``g++ -O3 -march=native`` into the user cache (``$VELOBINS_CACHE_DIR``,
+default ``~/.cache/velobins``) and loaded with ctypes; ``scripts/bootstrap.sh`` builds them ahead
+(``python -m velobins_net.accel.native``). Anything that stops them (no compiler, a failed build,
+``VELOBINS_NATIVE_KERNELS=0``, a GPU tensor, tracing for TorchScript/ONNX export, a gradient
+through the bin decoder) falls back to PyTorch with the same results to float rounding; the
+reason is logged once and :func:`kernel_status` reports it.
 """
 
 from __future__ import annotations
@@ -110,7 +109,7 @@ def build() -> Path:
         fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
         os.close(fd)
         cmd = [compiler, *flags, "-std=c++17", "-shared", "-fPIC", "-pthread", str(SOURCE), "-o", tmp]
-        _LOG.info("building the native kernels (once per machine, ~15 s): %s", " ".join(cmd))
+        _LOG.info("building the native kernels (once per machine): %s", " ".join(cmd))
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if proc.returncode == 0:
             os.replace(tmp, target)
@@ -254,7 +253,7 @@ def bin_decode(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m velobins_net.native``: build the kernels (if needed) and report their status."""
+    """``python -m velobins_net.accel.native``: build the kernels (if needed) and report their status."""
     parser = argparse.ArgumentParser(description="Build the native kernels and report their status.")
     parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")

@@ -1,4 +1,4 @@
-// Native CPU kernels of velobins_net (loaded by native.py through ctypes):
+// Native CPU kernels of velobins_net (loaded by velobins_net/accel/native.py through ctypes):
 //
 // 1. vb_attn_*: multi-head self-attention (no mask) for small heads, forward and backward.
 // 2. vb_bin_decode_f32: the bin decoder at inference (eq:softmax, eq:decode, eq:bin_variance).
@@ -7,7 +7,7 @@
 //
 // Why: the encoder's all-token transformer layer has head dimension 12 and windows of 100 steps.
 // PyTorch's CPU attention kernels are built for large heads; at this size their backward pass
-// dominated a training step (velobins_net/native.py gives the measured figures). Here
+// dominated a training step (benchmarks/bench_net_train.py prints both). Here
 // one (window, head) pair is a handful of tiny matrices that fit in L1/L2, so each is computed
 // in one go with register-blocked products on 64-byte vectors (GCC vector extensions: AVX-512
 // with -march=native where the CPU has it, narrower SIMD or plain code elsewhere).
@@ -23,10 +23,11 @@
 // dimension (the caller then uses PyTorch's kernel).
 //
 // --- 2. bin decoder ----------------------------------------------------------------------------
-// One window at a time (the streaming predictor's case) the decoder is a dozen tiny PyTorch ops of
-// ~1-2 µs fixed cost each, which made up most of the difference to the regression head's latency.
+// One window at a time (the streaming predictor's case) the decoder is a dozen tiny PyTorch ops,
+// each with a fixed cost, which made up most of the difference to the regression head's latency.
 // vb_bin_decode_f32 does them in one call: logits = q · features, softmax, v = Σ p c and
-// var = Σ p (c − v)² per row (one row per window and axis).
+// var = Σ p (c − v)² per row (one row per window and axis). It is a backend of
+// velobins_net.bins.decode_queries, whose PyTorch expressions define these formulas.
 
 #include <algorithm>
 #include <cmath>

@@ -1,15 +1,15 @@
 """Linear layers of the all-token transformer layer on oneDNN's matmul, with MKL as the fallback.
 
-PyTorch's CPU ``F.linear`` goes to MKL's sgemm, which on the development machine (an AMD EPYC,
-where MKL takes a generic code path) ran the encoder's all-token products well below oneDNN's
-matmul — the one PyTorch's inductor backend calls on the CPU, ``torch.ops.mkldnn._linear_pointwise``
-— with the same float32 results to rounding. ``python benchmarks/bench_net_train.py`` prints both
-(the FFN-linear row: forward + backward at batch 128, in ms and GFLOP/s). That op has no autograd, so
-:class:`_OneDnnLinear` supplies the backward: the input gradient is another oneDNN matmul, the
-weight gradient (inner dimension = tokens, where MKL is fast) stays ``torch.mm``.
+PyTorch's CPU ``F.linear`` goes to MKL's sgemm, which on some CPUs (e.g. AMD EPYC, where MKL takes
+a generic code path) runs the encoder's all-token products well below oneDNN's matmul — the one
+PyTorch's inductor backend calls on the CPU, ``torch.ops.mkldnn._linear_pointwise`` — with the
+same float32 results to rounding. ``python benchmarks/bench_net_train.py`` prints both (the
+FFN-linear row). That op has no autograd, so :class:`_OneDnnLinear` supplies the backward: the
+input gradient is another oneDNN matmul, the weight gradient (inner dimension = tokens, where MKL
+is fast) stays ``torch.mm``.
 
 Used for float32 CPU tensors outside tracing (exports keep ``F.linear``), when this PyTorch build
-has the op; ``VELOBINS_NATIVE_KERNELS=0`` turns it off together with the native attention kernel.
+has the op; ``VELOBINS_NATIVE_KERNELS=0`` turns it off together with the native kernels.
 """
 
 from __future__ import annotations
@@ -32,8 +32,7 @@ def _op() -> Any | None:
 _LINEAR = _op() if torch.backends.mkldnn.is_available() else None
 MIN_ROWS = 1024
 """Fewer rows (tokens) than this stay on ``F.linear``: at one window (100 rows) the autograd wrapper
-costs more than the faster matmul saves (29 vs 25 µs for 100 × 48 → 224, a scratch timing of
-inference-mode calls on the development machine)."""
+costs more than the faster matmul saves."""
 
 
 class _OneDnnLinear(torch.autograd.Function):
