@@ -1,7 +1,9 @@
-"""The batched propagation path gives the per-sample path's state and covariance (to round-off).
+"""The block propagation gives the one-interval-at-a-time state and covariance (to round-off).
 
-The per-sample path is the one whose Jacobians ``test_ekf_core`` checks against numerical
-differentiation; these tests carry that check over to the batched path used between updates.
+Both run the same functions of :mod:`velobins_ekf.propagation` (one interval, or a block with a
+leading axis); ``test_ekf_core`` checks their Jacobians against numerical differentiation one
+interval at a time, and these tests carry that check over to blocks, where the nominal chain is
+a scan and the covariance steps are folded by ``compose``.
 """
 
 from __future__ import annotations
@@ -12,8 +14,17 @@ from scipy.spatial.transform import Rotation
 
 from velobins_ekf.config import EkfConfig
 from velobins_ekf.ekf import ErrorStateEkf, NavState
-from velobins_ekf.propagation import compose, exp_coefficients_batch, prefix_products, transition_and_noise
-from velobins_ekf.so3 import SMALL_ANGLE, exp_coefficients
+from velobins_ekf.propagation import (
+    EXP_HALF,
+    Interval,
+    compose,
+    interval_series,
+    nominal_step,
+    prefix_products,
+    propagate_nominal,
+    transition_and_noise,
+)
+from velobins_ekf.so3 import SMALL_ANGLE, exp_coefficients, right_jacobian, so3_exp
 
 
 def _state() -> NavState:
@@ -51,7 +62,7 @@ def _run(read_every: int | None, n: int = 700) -> ErrorStateEkf:
 
 @pytest.mark.parametrize("read_every", [3, 50, None], ids=["per-sample", "every-50", "never"])
 def test_batched_and_per_sample_paths_agree(read_every: int | None) -> None:
-    ref = _run(read_every=1)  # every flush holds one interval: the per-sample float path throughout
+    ref = _run(read_every=1)  # every flush holds one interval: one interval at a time throughout
     out = _run(read_every)
     np.testing.assert_allclose(out.state.rot, ref.state.rot, atol=1e-12)
     np.testing.assert_allclose(out.state.vel, ref.state.vel, rtol=1e-11, atol=1e-11)
@@ -64,21 +75,39 @@ def test_batched_and_per_sample_paths_agree(read_every: int | None) -> None:
     np.testing.assert_allclose(q_out / q_scale, q_ref / q_scale, atol=1e-12)
 
 
-def test_batched_transition_matches_the_per_sample_one_row_by_row() -> None:
-    """``transition_and_noise`` on a block equals F and Q of the per-sample path, interval by interval."""
-    ekf = ErrorStateEkf(EkfConfig(), _state())
+def test_block_functions_equal_the_one_interval_ones_row_by_row() -> None:
+    """``propagate_nominal`` and ``transition_and_noise`` on a block equal ``nominal_step`` and
+    ``transition_and_noise`` on each of its intervals."""
+    cfg = EkfConfig()
     dt, acc, gyro = _imu(40, seed=3)
-    for i in range(40):
-        ekf.propagate(dt[i], acc[i], gyro[i])
-    ekf._flush_nominal()
-    lin = np.array(ekf._lin)
-    f, q = transition_and_noise(lin, ekf.config)
-    for k in (0, 17, 39):
-        one = ErrorStateEkf(EkfConfig(), _state())
-        one._lin.append(tuple(lin[k]))
-        np.testing.assert_allclose(one.transition_matrix(), f[k], atol=1e-14)
-        q_scale = np.sqrt(np.outer(np.diag(q[k]), np.diag(q[k])))
-        np.testing.assert_allclose(one.process_noise() / q_scale, q[k] / q_scale, atol=1e-13)
+    block_state, step_state = _state(), _state()
+    block = propagate_nominal(block_state, cfg.gravity, np.column_stack((dt, acc, gyro)))
+    f, q = transition_and_noise(block, cfg)
+    for k in range(40):
+        one = nominal_step(step_state, cfg.gravity, float(dt[k]), tuple(acc[k]), tuple(gyro[k]))
+        np.testing.assert_allclose(one.r_mid, block.r_mid[k], atol=1e-12)
+        np.testing.assert_allclose(one.series, block.series[k], rtol=1e-14, atol=1e-18)
+        if k in (0, 17, 39):
+            single = Interval(float(block.dt[k]), block.r_mid[k], block.acc[k], block.series[k])
+            f_one, q_one = transition_and_noise(single, cfg)
+            np.testing.assert_allclose(f_one, f[k], atol=1e-14)
+            q_scale = np.sqrt(np.outer(np.diag(q[k]), np.diag(q[k])))
+            np.testing.assert_allclose(q_one / q_scale, q[k] / q_scale, atol=1e-13)
+    np.testing.assert_allclose(block_state.rot, step_state.rot, atol=1e-12)
+    np.testing.assert_allclose(block_state.vel, step_state.vel, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(block_state.pos, step_state.pos, rtol=1e-12, atol=1e-12)
+
+
+def test_interval_series_are_the_so3_reference_matrices() -> None:
+    """The five series of :func:`interval_series` against ``so3_exp`` / ``right_jacobian``."""
+    dt = 2e-3
+    for h in (np.array([0.3, -0.2, 0.5]), np.array([2e-5, -1e-5, 3e-5])):
+        s = interval_series(dt, *(float(x) for x in h))
+        np.testing.assert_allclose(s[EXP_HALF], so3_exp(h), atol=1e-15)
+        np.testing.assert_allclose(s[1], so3_exp(2 * h).T, atol=1e-15)
+        np.testing.assert_allclose(s[2], -dt * right_jacobian(2 * h), atol=1e-17)
+        np.testing.assert_allclose(s[3], -dt * so3_exp(h).T, atol=1e-17)
+        np.testing.assert_allclose(s[4], 0.5 * dt * dt * right_jacobian(h), atol=1e-20)
 
 
 def test_compose_equals_sequential_steps_for_any_length() -> None:
@@ -104,7 +133,7 @@ def test_prefix_products_and_coefficients() -> None:
         acc = acc @ m[k]
         np.testing.assert_allclose(s[k], acc, atol=1e-14)
     theta2 = np.concatenate([[0.0, (0.5 * SMALL_ANGLE) ** 2, (0.999 * SMALL_ANGLE) ** 2], rng.random(20) * 9.0])
-    a, b, c = exp_coefficients_batch(theta2)
+    a, b, c = exp_coefficients(theta2)  # the array form
     for i, t2 in enumerate(theta2):
         np.testing.assert_allclose((a[i], b[i], c[i]), exp_coefficients(float(t2)), rtol=1e-14)
 

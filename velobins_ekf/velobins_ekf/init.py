@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 
-from velobins_ekf.ekf import NavState
+from velobins_ekf.state import NavState
 
 _MIN_GRAVITY_FRACTION = 0.5  # |f̄| below this fraction of g means free fall / garbage: refuse
 

@@ -1,40 +1,66 @@
-"""Vectorised propagation of the error-state EKF over a block of IMU intervals.
+"""IMU propagation of the error-state EKF: nominal integration, error transition F and noise Q
+(paper §III-E, after AI-IO). State and error layout: :mod:`velobins_ekf.state`.
 
-The filter's measurements arrive at 10–50 Hz while the IMU runs at 0.2–1 kHz, and nothing between
-two updates needs the covariance. :class:`~velobins_ekf.ekf.ErrorStateEkf` therefore queues the
-IMU intervals and hands whole blocks to the functions here, which do with a few batched numpy
-calls what the per-sample path does with dozens of scalar ones:
+Over one IMU interval ``dt`` (inputs are the interval's mean specific force and rate; the
+:class:`~velobins_ekf.runner.VelocityEkf` wrapper averages consecutive samples, which makes the
+scheme second-order accurate)::
 
-* :func:`propagate_nominal` integrates the nominal state over ``n`` intervals (the same scheme as
-  the per-sample path, see :mod:`velobins_ekf.ekf`; the rotation chain is a log-depth prefix
-  product) and returns each interval's linearisation point;
-* :func:`transition_and_noise` builds every interval's ``F`` (15x15) and ``Q`` from those points;
-* :func:`compose` folds ``(F_k, Q_k)`` pairwise in a log-depth tree into one ``(Φ, Q_Σ)`` with
-  ``P_n = Φ P_0 Φᵀ + Q_Σ`` — the same covariance as ``n`` sequential ``P ← F P Fᵀ + Q`` steps
-  up to round-off (tested against them).
+    h = (ω - b_g) dt / 2,  φ = 2h,  ā = f - b_a,  R_m = R Exp(h)     (mid-interval attitude)
+    a_w = R_m ā + g_vec
+    p⁺ = p + v dt + ½ a_w dt²,   v⁺ = v + a_w dt,   R⁺ = R_m Exp(h) = R Exp(φ)
 
-A linearisation row holds ``(dt, R_m (9, row-major), ā (3), h (3))``: interval length [s],
-mid-interval attitude, bias-corrected specific force [m/s²] and the half rotation increment
-``h = (ω − b_g) dt / 2`` [rad]; the biases are constant over a block (they change only in updates).
+Its exact first-order error dynamics ``δx⁺ = F δx + G n`` are::
+
+    δθ⁺ = Exp(φ)ᵀ δθ − Jr(φ) dt (δb_g + n_g)
+    δv⁺ = δv − R_m [ā]× Exp(h)ᵀ dt δθ − R_m dt (δb_a + n_a) + ½ dt² R_m [ā]× Jr(h) (δb_g + n_g)
+    δp⁺ = δp + dt δv + ½ dt (δv⁺ − δv)                        (same blocks scaled by dt/2)
+    δb⁺ = δb + n_b
+
+The IMU white noise enters exactly like the bias error, so ``G`` is ``F``'s bias columns. The
+samples are zero-order held, so a density σ [unit/√Hz] is a per-sample variance σ²/dt and a bias
+random walk σ_b gives an increment variance σ_b² dt: ``Q = G diag(σ_a²/dt, σ_g²/dt) Gᵀ +
+diag(0, σ_ba² dt, σ_bg² dt)``, exact for this discrete model.
+
+Each formula is written once and serves both ways the filter runs (like TLIO's
+``propagate_rvt_and_jac``: one readable function, made fast): with floats and (3,)/(3, 3) arrays
+for one interval (the filter read after every IMU sample), or with arrays of leading length n for
+a block of intervals (the filter read at the updates, where the nominal chain is a log-depth
+prefix product and the n covariance steps fold into one, :func:`compose`).
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from velobins_ekf.config import EkfConfig
-from velobins_ekf.so3 import SMALL_ANGLE
+from velobins_ekf.so3 import exp_coefficients, skew, stack_entries
+from velobins_ekf.state import BA, BG, DIM, POS, ROT, VEL, NavState
 
-LIN_WIDTH = 16
-"""Floats per linearisation row: dt, R_m (9), ā (3), h (3)."""
+EXP_HALF, EXP_FULL_T, NEG_DT_JR_FULL, NEG_DT_EXP_HALF_T, HALF_DT2_JR_HALF = range(5)
+"""Indices of :func:`interval_series`: ``Exp(h)``, ``Exp(φ)ᵀ``, ``−dt Jr(φ)``, ``−dt Exp(h)ᵀ``,
+``½dt² Jr(h)``."""
 
-_DIAG3 = (np.arange(3), np.arange(3))
-_DIAG15 = (np.arange(15), np.arange(15))
+_EYE15 = np.eye(DIM)
+_BIAS_DIAG = np.arange(9, 15)
+
+
+class Interval(NamedTuple):
+    """Linearisation point of one IMU interval (``dt`` a float) or of a block (leading axis n)."""
+
+    dt: float | np.ndarray
+    """Interval length [s]."""
+    r_mid: np.ndarray
+    """(…, 3, 3) mid-interval attitude ``R_m``."""
+    acc: tuple[float, float, float] | np.ndarray
+    """Bias-corrected specific force ``ā`` [m/s²]: 3 floats, or (n, 3)."""
+    series: np.ndarray
+    """(…, 5, 3, 3) :func:`interval_series` of the interval."""
 
 
 def white_noise_variance(density, dt):
-    """Per-sample variance ``σ²/dt`` of white noise of density σ [unit/√Hz] held over ``dt`` [s]
-    (a sampled, zero-order-held IMU); floats or arrays."""
+    """Per-sample variance ``σ²/dt`` of white noise of density σ [unit/√Hz] held over ``dt`` [s]."""
     return density * density / dt
 
 
@@ -43,42 +69,166 @@ def random_walk_variance(random_walk, dt):
     return random_walk * random_walk * dt
 
 
-def exp_coefficients_batch(theta2: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Vectorised :func:`velobins_ekf.so3.exp_coefficients`: ``(sin t/t, (1−cos t)/t², (t−sin t)/t³)``
-    for ``t² = theta2`` (n,), with the same Taylor series below :data:`~velobins_ekf.so3.SMALL_ANGLE`."""
-    small = theta2 < SMALL_ANGLE * SMALL_ANGLE
-    t2 = np.where(small, 1.0, theta2)
-    t = np.sqrt(t2)
-    s = np.sin(t)
-    a = np.where(small, 1.0 - theta2 / 6.0, s / t)
-    b = np.where(small, 0.5 - theta2 / 24.0, (1.0 - np.cos(t)) / t2)
-    c = np.where(small, 1.0 / 6.0 - theta2 / 120.0, (t - s) / (t2 * t))
-    return a, b, c
+def interval_series(dt, hx, hy, hz) -> np.ndarray:
+    """The five SO(3) series an interval needs, (…, 5, 3, 3) in the order of :data:`EXP_HALF` ….
+
+    With ``K = [h]×`` and ``K² = h hᵀ − |h|² I`` each is ``c₀ I + c₁ K + c₂ K²``, and one small
+    matrix product gives all five. ``Exp = I + aK + bK²`` and ``Jr = I − bK + cK²``
+    (:func:`~velobins_ekf.so3.exp_coefficients` of ``|h|²``); the full angle ``φ = 2h`` has
+    ``K_φ = 2K``, ``K_φ² = 4K²`` and, by the double-angle identities, the coefficients
+    ``a_φ = a (1 − b|h|²)``, ``b_φ = a²/2``, ``c_φ = (c + ab)/4``.
+    """
+    t2 = hx * hx + hy * hy + hz * hz
+    a, b, c = exp_coefficients(t2)
+    lead = t2.shape if isinstance(t2, np.ndarray) else ()
+    half_dt2 = 0.5 * dt * dt
+    a2 = a * a
+    # fmt: off
+    coefficients = stack_entries((
+        1.0, a, b,                                  # Exp(h)
+        1.0, -2.0 * a * (1.0 - b * t2), 2.0 * a2,   # Exp(φ)ᵀ = I − 2a_φ K + 4b_φ K²
+        -dt, a2 * dt, -(c + a * b) * dt,            # −dt Jr(φ) = −dt (I − 2b_φ K + 4c_φ K²)
+        -dt, a * dt, -b * dt,                       # −dt Exp(h)ᵀ
+        half_dt2, -b * half_dt2, c * half_dt2,      # ½dt² Jr(h)
+    ), lead, (5, 3))
+    xx, yy, zz, xy, xz, yz = hx * hx - t2, hy * hy - t2, hz * hz - t2, hx * hy, hx * hz, hy * hz
+    basis = stack_entries((
+        1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0,  # I
+        0.0, -hz, hy, hz, 0.0, -hx, -hy, hx, 0.0,     # K
+        xx, xy, xz, xy, yy, yz, xz, yz, zz,           # K²
+    ), lead, (3, 9))
+    # fmt: on
+    return (coefficients @ basis).reshape((*lead, 5, 3, 3))
 
 
-def _skew(v: np.ndarray) -> np.ndarray:
-    """``[v]×`` (n, 3, 3) of (n, 3) vectors."""
-    k = np.zeros((v.shape[0], 3, 3))
-    x, y, z = v[:, 0], v[:, 1], v[:, 2]
-    k[:, 0, 1], k[:, 0, 2], k[:, 1, 2] = -z, y, -x
-    k[:, 1, 0], k[:, 2, 0], k[:, 2, 1] = z, -y, x
-    return k
+def world_acceleration(r_mid: np.ndarray, acc: np.ndarray, gravity: float) -> np.ndarray:
+    """``a_w = R_m ā + g_vec`` [m/s²], (3,) or (n, 3), with ``g_vec = (0, 0, −g)``."""
+    a_w = np.matvec(r_mid, acc)
+    a_w[..., 2] -= gravity
+    return a_w
 
 
-def _skew_and_square(v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``K = [v]×`` and ``K² = v vᵀ − |v|² I`` for (n, 3) vectors, and ``|v|²`` (n,)."""
-    k = _skew(v)
-    t2 = np.einsum("ni,ni->n", v, v)
-    k2 = v[:, :, None] * v[:, None, :]
-    k2[:, _DIAG3[0], _DIAG3[1]] -= t2[:, None]
-    return k, k2, t2
+def position_increment(vel: np.ndarray, a_w: np.ndarray, dt) -> np.ndarray:
+    """``p⁺ − p = v dt + ½ a_w dt²`` [m] from the velocity at the interval's start."""
+    return vel * dt + a_w * (0.5 * dt * dt)
 
 
-def _so3_poly(c1: np.ndarray, k: np.ndarray, c2: np.ndarray, k2: np.ndarray) -> np.ndarray:
-    """``I + c1 K + c2 K²`` for (n,) coefficients and (n, 3, 3) ``K``, ``K²``."""
-    out = c1[:, None, None] * k + c2[:, None, None] * k2
-    out[:, _DIAG3[0], _DIAG3[1]] += 1.0
-    return out
+def nominal_step(state: NavState, gravity: float, dt: float, acc, gyro) -> Interval:
+    """Integrate ``state`` in place over one interval (``acc``, ``gyro``: 3 floats each).
+
+    The 3-vectors are handled as floats: on them, every numpy call costs more than its arithmetic.
+    """
+    hd = 0.5 * dt
+    ba0, ba1, ba2 = state.acc_bias.tolist()
+    bg0, bg1, bg2 = state.gyro_bias.tolist()
+    series = interval_series(dt, (gyro[0] - bg0) * hd, (gyro[1] - bg1) * hd, (gyro[2] - bg2) * hd)
+    e_half = series[EXP_HALF]
+    acc_b = (acc[0] - ba0, acc[1] - ba1, acc[2] - ba2)
+    r_mid = state.rot @ e_half
+    awx, awy, awz = world_acceleration(r_mid, acc_b, gravity).tolist()
+    vx, vy, vz = state.vel.tolist()
+    state.pos += (position_increment(vx, awx, dt), position_increment(vy, awy, dt), position_increment(vz, awz, dt))
+    state.vel += (awx * dt, awy * dt, awz * dt)
+    state.rot = r_mid @ e_half
+    return Interval(dt, r_mid, acc_b, series)
+
+
+def propagate_nominal(state: NavState, gravity: float, samples: np.ndarray) -> Interval:
+    """Integrate ``state`` over a block of ``n`` intervals, the same scheme as :func:`nominal_step`.
+
+    ``samples`` is (n, 7): ``(dt, f_x, f_y, f_z, ω_x, ω_y, ω_z)``, the intervals' mean specific force
+    [m/s²] and rate [rad/s]. The biases are constant over a block (they change only in updates).
+    Returns the block's linearisation points.
+    """
+    n = samples.shape[0]
+    dt = samples[:, 0]
+    h = (samples[:, 4:7] - state.gyro_bias) * (0.5 * dt)[:, None]
+    series = interval_series(dt, h[:, 0], h[:, 1], h[:, 2])
+    e_half = series[:, EXP_HALF]
+    chain = prefix_products(e_half @ e_half)  # Exp(φ_0) ⋯ Exp(φ_k)
+    r_start = np.empty((n, 3, 3))
+    r_start[0] = state.rot
+    np.matmul(state.rot, chain[:-1], out=r_start[1:])
+    r_mid = r_start @ e_half
+    acc_b = samples[:, 1:4] - state.acc_bias
+    a_w = world_acceleration(r_mid, acc_b, gravity)
+    v_end = np.cumsum(a_w * dt[:, None], axis=0)
+    v_start = np.empty((n, 3))
+    v_start[0] = 0.0
+    v_start[1:] = v_end[:-1]
+    v_start += state.vel
+    state.pos = state.pos + position_increment(v_start, a_w, dt[:, None]).sum(axis=0)
+    state.vel = state.vel + v_end[-1]
+    state.rot = state.rot @ chain[-1]
+    return Interval(dt, r_mid, acc_b, series)
+
+
+class Transition:
+    """``F`` and ``Q`` of one interval (``lead == ()``) or of a block of n (``lead == (n,)``).
+
+    :meth:`build` writes the formulas of the module docstring into buffers made once, through
+    views made once: on 3x3 blocks, slicing costs as much as the arithmetic, and the filter builds
+    one interval's ``F`` and ``Q`` after every IMU sample when it is read at that rate.
+    """
+
+    def __init__(self, lead: tuple[int, ...] = ()):
+        self.f = f = np.empty((*lead, DIM, DIM))
+        f[...] = _EYE15
+        self.q = q = np.zeros((*lead, DIM, DIM))
+        self._f_rot_rot, self._f_rot_bg = f[..., ROT, ROT], f[..., ROT, BG]
+        self._f_vel_rot, self._f_vel_ba, self._f_vel_bg = f[..., VEL, ROT], f[..., VEL, BA], f[..., VEL, BG]
+        self._f_pos_rot, self._f_vel_bias, self._f_pos_bias = f[..., POS, ROT], f[..., VEL, 9:15], f[..., POS, 9:15]
+        self._g = f[..., 0:9, 9:15]  # G, F's bias columns
+        self._g_t = np.swapaxes(self._g, -1, -2)
+        self._gw = np.empty((*lead, 9, 6))
+        self._q_nav = q[..., 0:9, 0:9]
+        self._q_bias_diag = np.einsum("...ii->...i", q)[..., 9:15]  # writable view
+        self._y = np.empty((*lead, 2, 3, 3))
+        self._y_rot = self._y[..., 0, :, :]
+        self._lead = lead
+
+    def build(self, iv: Interval, config: EkfConfig) -> tuple[np.ndarray, np.ndarray]:
+        """``(F, Q)`` of ``iv`` (the buffers themselves: the next call overwrites them)."""
+        lead = self._lead
+        dt = iv.dt if not lead else iv.dt[:, None, None]
+        hd = 0.5 * dt
+        s = iv.series
+        self._f_rot_rot[...] = s[..., EXP_FULL_T, :, :]
+        self._f_rot_bg[...] = s[..., NEG_DT_JR_FULL, :, :]
+        # δv⁺ rows: −dt R_m [ā]× Exp(h)ᵀ (rotation) and ½dt² R_m [ā]× Jr(h) (gyro bias), −dt R_m (acc bias)
+        np.matmul((iv.r_mid @ skew(iv.acc))[..., None, :, :], s[..., NEG_DT_EXP_HALF_T:, :, :], out=self._y)
+        self._f_vel_rot[...] = self._y_rot
+        self._f_vel_bg[...] = self._y[..., 1, :, :]
+        np.multiply(iv.r_mid, -dt, out=self._f_vel_ba)
+        # δp⁺ = δp + dt δv + ½ dt (δv⁺ − δv)
+        np.multiply(self._y_rot, hd, out=self._f_pos_rot)
+        np.multiply(self._f_vel_bias, hd, out=self._f_pos_bias)
+        f = self.f
+        f[..., 6, 3] = f[..., 7, 4] = f[..., 8, 5] = iv.dt
+        # Q = G W Gᵀ + bias random walks, W = diag(σ_a², σ_g²)/dt
+        wa = white_noise_variance(config.acc_noise_density, iv.dt)
+        wg = white_noise_variance(config.gyro_noise_density, iv.dt)
+        qa = random_walk_variance(config.acc_random_walk, iv.dt)
+        qg = random_walk_variance(config.gyro_random_walk, iv.dt)
+        variances = stack_entries((wa, wa, wa, wg, wg, wg, qa, qa, qa, qg, qg, qg), lead, (2, 6))
+        np.multiply(self._g, variances[..., 0:1, :], out=self._gw)
+        np.matmul(self._gw, self._g_t, out=self._q_nav)
+        self._q_bias_diag[...] = variances[..., 1, :]
+        return f, self.q
+
+
+def transition_and_noise(iv: Interval, config: EkfConfig) -> tuple[np.ndarray, np.ndarray]:
+    """Error-state transition ``F`` and process noise ``Q``, 15x15 (or (n, 15, 15) for a block), of
+    linearisation points ``iv`` (formulas in the module docstring; densities from ``config``)."""
+    return Transition(np.shape(iv.dt)).build(iv, config)
+
+
+def concatenate(intervals: list[Interval]) -> Interval:
+    """One block of the queued linearisation points (single intervals and blocks), in order."""
+    if all(not np.shape(iv.dt) for iv in intervals):
+        return Interval(*(np.array(field) for field in zip(*intervals, strict=True)))
+    blocks = [iv if np.shape(iv.dt) else Interval(*(np.asarray(x)[None] for x in iv)) for iv in intervals]
+    return Interval(*(np.concatenate(field) for field in zip(*blocks, strict=True)))
 
 
 def prefix_products(m: np.ndarray) -> np.ndarray:
@@ -93,99 +243,12 @@ def prefix_products(m: np.ndarray) -> np.ndarray:
     return s
 
 
-def propagate_nominal(
-    rot: np.ndarray,
-    vel: np.ndarray,
-    pos: np.ndarray,
-    acc_bias: np.ndarray,
-    gyro_bias: np.ndarray,
-    gravity: float,
-    samples: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Integrate the nominal state over ``n`` intervals.
-
-    Args:
-        rot, vel, pos, acc_bias, gyro_bias: the state at the block's start (not modified).
-        gravity: gravity magnitude g [m/s²] (world gravity ``(0, 0, −g)``).
-        samples: (n, 7) rows ``(dt, f_x, f_y, f_z, ω_x, ω_y, ω_z)``, the intervals' mean specific
-            force [m/s²] and rate [rad/s].
-
-    Returns:
-        ``(rot, vel, pos, lin)``: the state after the block and the (n, 16) linearisation rows.
-    """
-    n = samples.shape[0]
-    dt = samples[:, 0]
-    hd = 0.5 * dt
-    acc = samples[:, 1:4] - acc_bias
-    h = (samples[:, 4:7] - gyro_bias) * hd[:, None]
-    k, k2, t2 = _skew_and_square(h)
-    a, b, _ = exp_coefficients_batch(t2)
-    e_half = _so3_poly(a, k, b, k2)  # Exp(φ/2)
-    chain = prefix_products(e_half @ e_half)  # Exp(φ_0) ⋯ Exp(φ_k)
-    r_start = np.empty((n, 3, 3))
-    r_start[0] = rot
-    np.matmul(rot, chain[:-1], out=r_start[1:])
-    r_mid = r_start @ e_half
-    a_world = np.einsum("nij,nj->ni", r_mid, acc)
-    a_world[:, 2] -= gravity
-    dv = a_world * dt[:, None]
-    v_end = np.cumsum(dv, axis=0)
-    v_start = np.empty((n, 3))
-    v_start[0] = 0.0
-    v_start[1:] = v_end[:-1]
-    v_start += vel
-    dp = v_start * dt[:, None] + a_world * (hd * dt)[:, None]
-    lin = np.empty((n, LIN_WIDTH))
-    lin[:, 0] = dt
-    lin[:, 1:10] = r_mid.reshape(n, 9)
-    lin[:, 10:13] = acc
-    lin[:, 13:16] = h
-    return rot @ chain[-1], vel + v_end[-1], pos + dp.sum(axis=0), lin
-
-
-def transition_and_noise(lin: np.ndarray, config: EkfConfig) -> tuple[np.ndarray, np.ndarray]:
-    """Error-state transition ``F_k`` and process noise ``Q_k``, (n, 15, 15) each, of ``n``
-    linearisation rows (formulas in :mod:`velobins_ekf.ekf`; the noise densities from ``config``)."""
-    n = lin.shape[0]
-    dt = lin[:, 0]
-    hd = 0.5 * dt
-    r_mid = lin[:, 1:10].reshape(n, 3, 3)
-    h = lin[:, 13:16]
-    k, k2, t2 = _skew_and_square(h)
-    a, b, c = exp_coefficients_batch(t2)
-    af, bf, cf = exp_coefficients_batch(4.0 * t2)  # full angle φ = 2h: K_φ = 2K, K_φ² = 4K²
-    f = np.zeros((n, 15, 15))
-    f[:, _DIAG15[0], _DIAG15[1]] = 1.0
-    f[:, 0:3, 0:3] = _so3_poly(-2.0 * af, k, 4.0 * bf, k2)  # Exp(φ)ᵀ
-    f[:, 0:3, 12:15] = _so3_poly(-2.0 * bf, k, 4.0 * cf, k2) * -dt[:, None, None]  # −dt Jr(φ)
-    et_jr = np.empty((n, 3, 6))
-    et_jr[:, :, 0:3] = _so3_poly(-a, k, b, k2) * -dt[:, None, None]  # −dt Exp(h)ᵀ
-    et_jr[:, :, 3:6] = _so3_poly(-b, k, c, k2) * (hd * dt)[:, None, None]  # ½dt² Jr(h)
-    y = (r_mid @ _skew(lin[:, 10:13])) @ et_jr
-    f[:, 3:6, 0:3] = y[:, :, 0:3]
-    f[:, 3:6, 12:15] = y[:, :, 3:6]
-    f[:, 3:6, 9:12] = r_mid * -dt[:, None, None]
-    f[:, 6:9, 0:3] = y[:, :, 0:3] * hd[:, None, None]
-    f[:, 6:9, 9:15] = f[:, 3:6, 9:15] * hd[:, None, None]
-    f[:, 6, 3] = f[:, 7, 4] = f[:, 8, 5] = dt
-    # Q = G W Gᵀ + bias random walks, G = F's bias columns, W = diag(σ_a², σ_g²)/dt
-    scale = np.empty((n, 1, 6))
-    inv_sqrt_dt = 1.0 / np.sqrt(dt)
-    scale[:, 0, 0:3] = (config.acc_noise_density * inv_sqrt_dt)[:, None]
-    scale[:, 0, 3:6] = (config.gyro_noise_density * inv_sqrt_dt)[:, None]
-    gs = f[:, 0:9, 9:15] * scale
-    q = np.zeros((n, 15, 15))
-    np.matmul(gs, gs.transpose(0, 2, 1), out=q[:, 0:9, 0:9])
-    q[:, _DIAG3[0] + 9, _DIAG3[1] + 9] = (config.acc_random_walk**2 * dt)[:, None]
-    q[:, _DIAG3[0] + 12, _DIAG3[1] + 12] = (config.gyro_random_walk**2 * dt)[:, None]
-    return f, q
-
-
 def compose(f: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Fold ``n`` steps ``P ← F_k P F_kᵀ + Q_k`` into one ``(Φ, Q_Σ)`` (pairwise, log depth).
 
-    Pairs combine as ``(F_b, Q_b) ∘ (F_a, Q_a) = (F_b F_a, F_b Q_a F_bᵀ + Q_b)`` with ``a`` first.
-    The inputs are not modified.
+    Pairs combine as ``(F_b, Q_b) ∘ (F_a, Q_a) = (F_b F_a, F_b Q_a F_bᵀ + Q_b)`` with ``a`` first;
+    ``P_n = Φ P_0 Φᵀ + Q_Σ`` equals the ``n`` sequential steps up to round-off. The inputs are
+    not modified.
     """
     while f.shape[0] > 1:
         m = f.shape[0] // 2

@@ -4,8 +4,8 @@ Conventions used across ``velobins_ekf``: rotation matrices map body to world, q
 scalar-last ``(x, y, z, w)`` as in :mod:`scipy.spatial.transform` and the :class:`Sequence`
 format, and the exponential map is ``Exp(φ) = I + sin|φ|/|φ| [φ]× + (1 - cos|φ|)/|φ|² [φ]×²``.
 The right Jacobian ``Jr(φ)`` satisfies ``Exp(φ + δ) ≈ Exp(φ) Exp(Jr(φ) δ)`` (Solà et al.,
-"A micro Lie theory", eq. 143). The filter's hot path inlines the same formulas on floats; these
-functions are the reference that the tests compare against.
+"A micro Lie theory", eq. 143). :mod:`velobins_ekf.propagation` builds its series from the same
+:func:`exp_coefficients`; the matrix helpers here are the reference the tests compare against.
 """
 
 from __future__ import annotations
@@ -18,23 +18,54 @@ SMALL_ANGLE = 1e-4
 """Below this angle [rad] the Taylor series replace the closed forms (no 0/0)."""
 
 
-def skew(w: np.ndarray) -> np.ndarray:
-    """Cross-product matrix ``[w]×`` so that ``skew(w) @ u == np.cross(w, u)``."""
-    x, y, z = (float(c) for c in w)
-    return np.array([[0.0, -z, y], [z, 0.0, -x], [-y, x, 0.0]])
+def skew(w: np.ndarray | tuple[float, float, float]) -> np.ndarray:
+    """Cross-product matrix ``[w]×`` so that ``skew(w) @ u == np.cross(w, u)``: (3, 3) of a
+    3-vector (3 floats or an array), (n, 3, 3) of (n, 3) vectors."""
+    if isinstance(w, tuple):
+        x, y, z = w
+        lead = ()
+    else:
+        w = np.asarray(w, dtype=np.float64)
+        x, y, z = w[..., 0], w[..., 1], w[..., 2]
+        lead = w.shape[:-1]
+    return stack_entries((0.0, -z, y, z, 0.0, -x, -y, x, 0.0), lead, (3, 3))
 
 
-def exp_coefficients(theta2: float) -> tuple[float, float, float]:
+def stack_entries(entries: tuple, lead: tuple[int, ...], tail: tuple[int, ...]) -> np.ndarray:
+    """Array of shape ``lead + tail`` from its row-major entries: floats (``lead == ()``, one
+    matrix, one cheap conversion) or arrays of shape ``lead`` mixed with constants (a batch)."""
+    if not lead:
+        return np.array(entries, dtype=np.float64).reshape(tail)
+    return np.stack(np.broadcast_arrays(*entries), axis=-1).reshape((*lead, *tail))
+
+
+def exp_coefficients(theta2):
     """Return ``(a, b, c) = (sin t / t, (1 - cos t) / t², (t - sin t) / t³)`` for ``t² = theta2``.
 
     ``Exp = I + a K + b K²`` and ``Jr = I - b K + c K²`` with ``K = [φ]×``. Taylor series to
-    fourth order are used below :data:`SMALL_ANGLE` (their error is < 1e-20 there).
+    fourth order are used below :data:`SMALL_ANGLE` (their error is < 1e-20 there). ``theta2`` is
+    a float (one rotation, evaluated with :mod:`math`) or an array (element-wise, with numpy).
     """
-    if theta2 < SMALL_ANGLE * SMALL_ANGLE:
-        return 1.0 - theta2 / 6.0, 0.5 - theta2 / 24.0, 1.0 / 6.0 - theta2 / 120.0
-    t = math.sqrt(theta2)
-    s = math.sin(t)
-    return s / t, (1.0 - math.cos(t)) / theta2, (t - s) / (theta2 * t)
+    if isinstance(theta2, float):
+        if theta2 < SMALL_ANGLE * SMALL_ANGLE:
+            return _series_coefficients(theta2)
+        return _closed_coefficients(theta2, math.sqrt(theta2), math.sin, math.cos)
+    small = theta2 < SMALL_ANGLE * SMALL_ANGLE
+    t2 = np.where(small, 1.0, theta2)
+    closed = _closed_coefficients(t2, np.sqrt(t2), np.sin, np.cos)
+    series = _series_coefficients(theta2)
+    return tuple(np.where(small, s, c) for s, c in zip(series, closed, strict=True))
+
+
+def _series_coefficients(t2):
+    """The coefficients of :func:`exp_coefficients` by their Taylor series in ``t²``."""
+    return 1.0 - t2 / 6.0, 0.5 - t2 / 24.0, 1.0 / 6.0 - t2 / 120.0
+
+
+def _closed_coefficients(t2, t, sin, cos):
+    """The coefficients of :func:`exp_coefficients` in closed form (``t > 0``)."""
+    s = sin(t)
+    return s / t, (1.0 - cos(t)) / t2, (t - s) / (t2 * t)
 
 
 def so3_exp(phi: np.ndarray) -> np.ndarray:
