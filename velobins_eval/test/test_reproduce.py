@@ -10,7 +10,10 @@ import pytest
 
 from velobins_eval.metrics import FlightMetrics
 from velobins_eval.report import KEYS
-from velobins_eval.reproduce import (
+from velobins_eval.reproduce.jobs import run_trainings, train_command
+from velobins_eval.reproduce.manifest import check_manifest
+from velobins_eval.reproduce.paper import direction_sentence
+from velobins_eval.reproduce.plan import (
     HEADLINE,
     HEADLINE_BINS,
     IMU_ONLY,
@@ -18,18 +21,14 @@ from velobins_eval.reproduce import (
     SCHEDULES,
     TABLE2_ROWS,
     TABLE3_ROWS,
-    RowSummary,
     TrainingJob,
-    check_manifest,
-    direction_sentence,
     is_trained,
     model_dir,
     partial_dir,
     plan,
-    run_trainings,
     sweep_row,
-    train_command,
 )
+from velobins_eval.reproduce.summary import RowSummary
 
 METRIC_NAMES = set(KEYS)
 

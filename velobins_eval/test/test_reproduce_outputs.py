@@ -20,12 +20,12 @@ import numpy as np
 import pytest
 from fixtures_datasets import hover
 
-from velobins_eval import reproduce
 from velobins_eval.cli import main
 from velobins_eval.datasets import write_csv
-from velobins_eval.evaluate import FlightRecord
 from velobins_eval.metrics import FlightMetrics
 from velobins_eval.report import KEYS
+from velobins_eval.reproduce import commands, evaluation, jobs, plan
+from velobins_eval.scoring import FlightRecord
 from velobins_eval.sequence import Sequence
 from velobins_net.outputs import LOCK_NAME
 
@@ -71,11 +71,11 @@ class FakeSteps:
             self.during_training()
         seconds = {}
         for job in jobs:
-            if reproduce.is_trained(out, job.name):
+            if plan.is_trained(out, job.name):
                 seconds[job.name] = 0.0
                 continue
-            reproduce.model_dir(out, job.name).mkdir(parents=True, exist_ok=True)
-            (reproduce.model_dir(out, job.name) / "best.pt").write_text(self.tag)
+            plan.model_dir(out, job.name).mkdir(parents=True, exist_ok=True)
+            (plan.model_dir(out, job.name) / "best.pt").write_text(self.tag)
             self.trained.append(job.name)
             seconds[job.name] = 1.0
         return seconds
@@ -86,8 +86,8 @@ class FakeSteps:
             value = 0.1 + 0.01 * i
             flights = {s.name: FlightMetrics(**dict.fromkeys(KEYS, value)) for s in seqs}
             nees = {s.name: np.full(20, 2.0 + i, dtype=np.float32) for s in seqs}
-            records = {s.name: _record(s, unit.row) for s in seqs} if reproduce._keep_records(unit) else {}
-            results.append(reproduce.UnitResult(unit, flights, nees, records))
+            records = {s.name: _record(s, unit.row) for s in seqs} if evaluation.keeps_records(unit) else {}
+            results.append(evaluation.UnitResult(unit, flights, nees, records))
         return results
 
 
@@ -111,8 +111,8 @@ def _record(seq: Sequence, method: str) -> FlightRecord:
 @pytest.fixture
 def steps(monkeypatch: pytest.MonkeyPatch) -> FakeSteps:
     fake = FakeSteps()
-    monkeypatch.setattr(reproduce, "run_trainings", fake.run_trainings)
-    monkeypatch.setattr(reproduce, "evaluate_split", fake.evaluate_split)
+    monkeypatch.setattr(commands, "run_trainings", fake.run_trainings)
+    monkeypatch.setattr(commands, "evaluate_split", fake.evaluate_split)
     return fake
 
 
@@ -150,7 +150,7 @@ def test_reproduce_writes_its_outputs_and_a_second_one_into_the_same_dir_fails_a
     assert err.count("\n") == 1 and "Traceback" not in err
     assert f"{out}: in use by velobins reproduce (pid {os.getpid()})" in err
     # The first run was not disturbed: every planned model trained once, every output present.
-    assert len(steps.trained) == len(reproduce.plan(reproduce.SCHEDULES["smoke"])[0])
+    assert len(steps.trained) == len(plan.plan(plan.SCHEDULES["smoke"])[0])
     for name in ("metrics.json", "report.md", "config.json", "figures/nees.png", "figures/bins.png"):
         assert (out / "val" / name).stat().st_size > 0, name
     assert (out / "val" / "figures" / "trajectory_oval.png").stat().st_size > 1000
@@ -243,8 +243,8 @@ def test_ctrl_c_while_a_figure_is_written_leaves_no_temporary_file_and_no_lock(
     assert _leftovers(out) == [] and not (out / "val" / "figures" / "nees.png").exists()
     assert (out / "reproduce.json").is_file()  # the plan stays: the next run resumes
     monkeypatch.undo()
-    monkeypatch.setattr(reproduce, "run_trainings", steps.run_trainings)
-    monkeypatch.setattr(reproduce, "evaluate_split", steps.evaluate_split)
+    monkeypatch.setattr(commands, "run_trainings", steps.run_trainings)
+    monkeypatch.setattr(commands, "evaluate_split", steps.evaluate_split)
     steps.trained = []
     assert main(_argv(data, out, "--schedule", "smoke")) == 0 and steps.trained == []
 
@@ -274,7 +274,7 @@ def test_ctrl_c_during_trainings_stops_them_and_leaves_no_temporary_file(
     """The real run_trainings with stand-in training processes; Ctrl-C once both have begun writing."""
 
     def command(job, schedule, dataset, train, val, out, device):
-        partial = reproduce.partial_dir(out, job.name)
+        partial = plan.partial_dir(out, job.name)
         return [sys.executable, "-c", CHILD.replace("{stubborn}", stubborn), "--out", str(partial)]
 
     def interrupt_when_started(seconds: float) -> None:
@@ -283,14 +283,14 @@ def test_ctrl_c_during_trainings_stops_them_and_leaves_no_temporary_file(
             raise KeyboardInterrupt
         time.sleep(0.05)
 
-    monkeypatch.setattr(reproduce, "train_command", command)
-    monkeypatch.setattr(reproduce, "STOP_GRACE_S", 0.5)
-    monkeypatch.setattr(reproduce, "time", SimpleNamespace(monotonic=time.monotonic, sleep=interrupt_when_started))
-    jobs = [reproduce.TrainingJob("a", ()), reproduce.TrainingJob("b", ())]
-    smoke = reproduce.SCHEDULES["smoke"]
+    monkeypatch.setattr(jobs, "train_command", command)
+    monkeypatch.setattr(jobs, "STOP_GRACE_S", 0.5)
+    monkeypatch.setattr(jobs, "time", SimpleNamespace(monotonic=time.monotonic, sleep=interrupt_when_started))
+    trainings = [plan.TrainingJob("a", ()), plan.TrainingJob("b", ())]
+    smoke = plan.SCHEDULES["smoke"]
     t0 = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
-        reproduce.run_trainings(jobs, smoke, "csv", tmp_path, tmp_path, tmp_path, 2, progress=False)
+        jobs.run_trainings(trainings, smoke, "csv", tmp_path, tmp_path, tmp_path, 2, progress=False)
     assert time.monotonic() - t0 < (15 if stubborn == "yes" else 5)
     assert _leftovers(tmp_path / "models") == []
     assert sorted(p.name for p in (tmp_path / "models").iterdir()) == ["a.partial", "b.partial"]  # resumable
@@ -302,7 +302,7 @@ def test_stop_processes_interrupts_first() -> None:
     procs = [subprocess.Popen([sys.executable, "-c", child], stdout=subprocess.PIPE, text=True) for _ in range(2)]
     assert [p.stdout.readline().strip() for p in procs] == ["ready", "ready"]
     t0 = time.monotonic()
-    reproduce.stop_processes(procs, grace_s=20.0)
+    jobs.stop_processes(procs, grace_s=20.0)
     assert time.monotonic() - t0 < 10
     assert [(p.returncode, p.stdout.read().strip()) for p in procs] == [(0, "cleaned up")] * 2
 

@@ -1,0 +1,190 @@
+"""What ``velobins reproduce`` trains and scores: schedules, row names, the plan, and where its outputs live.
+
+Trainings (paper §IV-A "Implementation Details", §V ablations; schedules in :data:`SCHEDULES`):
+
+* ``reg`` and the headline ``G+H^B`` (SPE, N = 512) for every seed of the schedule;
+* ``H^B``, ``G^B``; ``M`` and ``M+H`` trained once with a covariance decoder (``--uncertainty
+  B+C``): the loss does not depend on the uncertainty source (``velobins_net.losses``), so one model
+  serves its ^B, ^C and ^B+C rows by switching ``model.cfg.uncertainty`` at evaluation;
+* ``G+H^B`` with the ``direct`` and ``pe`` bin encodings (Table III) and with every N of the
+  schedule's bin sweep (Fig. bins; N = 512 is the headline seed-0 model).
+
+:func:`plan` turns a schedule into the unique :class:`TrainingJob` list and the :class:`EvalUnit`
+of every (row, seed); the rest of the package only executes and reports that plan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from velobins_net.outputs import RunLayout
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Training schedule of a reproduction run.
+
+    Attributes:
+        epochs: training epochs per model (paper: 100).
+        stride: training window stride [samples] (paper: 1).
+        seeds: seeds of the multi-seed rows (``reg`` and the headline ``G+H^B``).
+        bins_sweep: N values of the bin-resolution sweep besides the headline N (Fig. bins).
+    """
+
+    epochs: int
+    stride: int
+    seeds: tuple[int, ...]
+    bins_sweep: tuple[int, ...]
+
+
+HEADLINE_BINS = 512
+"""N of the headline model (paper §IV-A); it is also the N = 512 point of the bin sweep."""
+
+SCHEDULES: dict[str, Schedule] = {
+    "cpu": Schedule(epochs=20, stride=10, seeds=(0, 1, 2), bins_sweep=(16, 32, 64, 128, 256, 1024, 2048)),
+    "full": Schedule(epochs=100, stride=1, seeds=(0, 1, 2), bins_sweep=(16, 32, 64, 128, 256, 1024, 2048)),
+    "smoke": Schedule(epochs=1, stride=50, seeds=(0,), bins_sweep=(16, 64)),
+}
+"""``cpu``: a few hours on a laptop-class CPU; ``full``: the paper's schedule (GPU); ``smoke``: the test."""
+
+HEADLINE = "G+H^B"
+"""Row name of VeloBins' headline variant (paper Table II, bold)."""
+REGRESSION = "reg"
+"""Row name of the AI-IO regression baseline, Reg. (H+N)^C."""
+IMU_ONLY = "imu-only"
+"""Row name of IMU integration (the same EKF, no updates)."""
+
+TABLE2_ROWS = ("reg", "H^B", "M^B", "M^C", "M^B+C", "M+H^B", "M+H^C", "M+H^B+C", "G^B", "G+H^B")
+"""Rows of Table II (supervision ablation), in the paper's order."""
+TABLE3_ROWS = {"Direct": "G+H^B Direct", "PE": "G+H^B PE", "SPE": HEADLINE}
+"""Table III (bin encoding) label -> metrics.json row; SPE is the headline model."""
+
+
+def sweep_bins(schedule: Schedule) -> list[int]:
+    """Every N of the bin sweep, the headline N included, ascending."""
+    return sorted({*schedule.bins_sweep, HEADLINE_BINS})
+
+
+def schedule_record(name: str, schedule: Schedule) -> dict[str, Any]:
+    """The schedule as ``reproduce.json`` and ``config.json`` record it: its name and its values."""
+    return {
+        "schedule": name,
+        "epochs": schedule.epochs,
+        "stride": schedule.stride,
+        "seeds": list(schedule.seeds),
+        "bins_sweep": sweep_bins(schedule),
+    }
+
+
+def sweep_row(num_bins: int) -> str:
+    """metrics.json row of the bin-sweep point N (the headline model for N = 512)."""
+    return HEADLINE if num_bins == HEADLINE_BINS else f"G+H^B N={num_bins}"
+
+
+# ---------------------------------------------------------------------------------- output layout
+
+LOG_DIR = "logs"
+MODEL_DIR = "models"
+PARTIAL_SUFFIX = ".partial"
+MANIFEST_NAME = "reproduce.json"
+"""The plan of the reproduction in ``<out>`` (what a resumed run must match)."""
+SPLITS = ("val", "test")
+"""Evaluation splits; each gets ``<out>/<split>/``."""
+LAYOUT = RunLayout("reproduce", (MANIFEST_NAME, MODEL_DIR, LOG_DIR, *SPLITS))
+"""Every entry ``velobins reproduce`` writes in ``<out>`` (what ``--overwrite`` removes)."""
+
+
+def model_dir(out: Path, name: str) -> Path:
+    """Finished model directory (``best.pt`` inside means the training completed)."""
+    return out / MODEL_DIR / name
+
+
+def is_trained(out: Path, name: str) -> bool:
+    """True when ``<out>/models/<name>/best.pt`` exists (the training finished earlier)."""
+    return (model_dir(out, name) / "best.pt").is_file()
+
+
+def partial_dir(out: Path, name: str) -> Path:
+    """Directory a training runs in until it succeeds (``<out>/models/<name>.partial``)."""
+    return out / MODEL_DIR / (name + PARTIAL_SUFFIX)
+
+
+# ---------------------------------------------------------------------------------- the plan
+
+
+@dataclass(frozen=True)
+class TrainingJob:
+    """One ``velobins train`` run.
+
+    Attributes:
+        name: directory name under ``<out>/models`` (file-system safe).
+        args: variant arguments of ``velobins train`` (``--variant``, ``--uncertainty``, ...).
+        seed: training seed.
+    """
+
+    name: str
+    args: tuple[str, ...]
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class EvalUnit:
+    """One (row, seed) to score: which trained model, and which uncertainty source to report.
+
+    Attributes:
+        row: metrics.json row name (``reg``, ``M^C``, ``G+H^B N=16``, ...).
+        model: :attr:`TrainingJob.name` of the checkpoint.
+        uncertainty: ``B``, ``C`` or ``B+C`` to override ``model.cfg.uncertainty``; None keeps it.
+        seed: training seed of the model.
+    """
+
+    row: str
+    model: str
+    uncertainty: str | None = None
+    seed: int = 0
+
+
+def _gh_job(encoding: str, num_bins: int, seed: int, headline: bool = False) -> TrainingJob:
+    """A G+H^B training; the headline model's name carries its seed (it is trained for every seed)."""
+    name = "GH-B-" + (encoding if encoding != "spe" else f"spe-N{num_bins}") + (f"-s{seed}" if headline else "")
+    args = ("--variant", "G+H", "--uncertainty", "B", "--encoding", encoding, "--bins", str(num_bins))
+    return TrainingJob(name, args, seed)
+
+
+def plan(schedule: Schedule) -> tuple[list[TrainingJob], list[EvalUnit]]:
+    """Unique trainings and the evaluation units of every row for ``schedule``."""
+    jobs: list[TrainingJob] = []
+    units: list[EvalUnit] = []
+    for seed in schedule.seeds:
+        reg = TrainingJob(f"reg-s{seed}", ("--variant", "reg"), seed)
+        head = _gh_job("spe", HEADLINE_BINS, seed, headline=True)
+        jobs += [reg, head]
+        units += [EvalUnit(REGRESSION, reg.name, None, seed), EvalUnit(HEADLINE, head.name, None, seed)]
+    single = {
+        "H-B": ("--variant", "H", "--uncertainty", "B"),
+        "M-BC": ("--variant", "M", "--uncertainty", "B+C"),
+        "MH-BC": ("--variant", "M+H", "--uncertainty", "B+C"),
+        "G-B": ("--variant", "G", "--uncertainty", "B"),
+    }
+    jobs += [TrainingJob(name, args, 0) for name, args in single.items()]
+    units.append(EvalUnit("H^B", "H-B"))
+    for source in ("B", "C", "B+C"):
+        units.append(EvalUnit(f"M^{source}", "M-BC", source))
+        units.append(EvalUnit(f"M+H^{source}", "MH-BC", source))
+    units.append(EvalUnit("G^B", "G-B"))
+    for label, encoding in (("Direct", "direct"), ("PE", "pe")):
+        job = _gh_job(encoding, HEADLINE_BINS, 0)
+        jobs.append(job)
+        units.append(EvalUnit(TABLE3_ROWS[label], job.name))
+    for n in schedule.bins_sweep:
+        if n == HEADLINE_BINS:
+            continue
+        job = _gh_job("spe", n, 0)
+        jobs.append(job)
+        units.append(EvalUnit(sweep_row(n), job.name))
+    names = [j.name for j in jobs]
+    if len(set(names)) != len(names):
+        raise ValueError(f"reproduce: duplicate training names in the plan: {names}")
+    return jobs, units
