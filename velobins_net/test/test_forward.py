@@ -92,6 +92,13 @@ def test_caches_follow_normalisation_weights_and_edits():
     other.load_state_dict(model.state_dict())
     with torch.inference_mode():
         _assert_same(other(x), model(x))
+    # parameters replaced by other objects (assign=True)
+    third = _model(rotor_kind="pwm")
+    with torch.no_grad():
+        third(x)
+    third.load_state_dict(model.state_dict(), assign=True)
+    with torch.inference_mode():
+        _assert_same(third(x), model(x))
     # in-place edits in eval mode (an optimiser step, a manual edit) are seen without any call
     with torch.no_grad():
         model.encoder.proj.weight.mul_(1.5)

@@ -4,60 +4,78 @@ The network's forward runs on weights derived from its parameters (a block-diago
 branch convolutions, the folded last-layer attention, all heads as one affine map, the bin
 features φ(enc(b))). With gradients they are rebuilt on every call, so training back-propagates
 into the parameters; without gradients (inference, evaluation) they are a pure function of the
-parameters and :class:`DerivedCache` keeps them. The cache is keyed by every source tensor's
-storage and in-place version counter, so an optimiser step, ``load_state_dict``, a device or dtype
-move or an in-place edit makes the next call rebuild them, and so does any optimiser step (fused
-optimisers such as ``Adam(fused=True)`` update parameters without bumping their version counters,
-so a global optimiser-step hook counts steps). No module has to override ``train``, ``_apply`` or
-``load_state_dict`` to drop it. Parameters created under ``torch.inference_mode`` have no version
-counter; only their storage is then checked. Edits through ``.data`` bypass the version counter:
-after those, call :meth:`DerivedCache.clear` (``VeloBinsNet.invalidate_cache``).
+parameters and :class:`DerivedCache` keeps them. Its stamp is every source tensor's in-place
+version counter, the storage of the module (a device or dtype move replaces it), the number of
+optimiser steps taken in the process (fused optimisers such as ``Adam(fused=True)`` update
+parameters without bumping version counters) and of parameter registrations (a parameter
+replaced by another object). So an optimiser step, ``load_state_dict``, a move or an in-place
+edit makes the next call rebuild them, and no module has to override ``train``, ``_apply`` or
+``load_state_dict``. Parameters created under ``torch.inference_mode`` have no version counter.
+Edits through ``.data`` bypass the version counter: after those, call :meth:`DerivedCache.clear`
+(``VeloBinsNet.invalidate_cache``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Hashable, Iterator
+from operator import attrgetter
 from typing import Any, Generic, TypeVar
 
 import torch
 from torch import nn
+from torch.nn.modules.module import (
+    register_module_buffer_registration_hook,
+    register_module_parameter_registration_hook,
+)
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 _W = TypeVar("_W")
+_version = attrgetter("_version")
 
-_optimizer_steps = 0
-"""Optimiser steps taken in this process (part of every cache stamp)."""
+_events = [0, 0]
+"""[optimiser steps, parameter/buffer registrations] in this process (part of every cache stamp)."""
 
 
 def _count_step(*_: object) -> None:
-    global _optimizer_steps
-    _optimizer_steps += 1
+    _events[0] += 1
+
+
+def _count_registration(*_: object) -> None:
+    _events[1] += 1
 
 
 register_optimizer_step_post_hook(_count_step)
+register_module_parameter_registration_hook(_count_registration)
+register_module_buffer_registration_hook(_count_registration)
 
 
 class DerivedCache(Generic[_W]):
     """One cached value per variant key, rebuilt when any parameter or buffer of the source modules changed."""
 
     def __init__(self) -> None:
-        self._sources: list[torch.Tensor] | None = None
+        self._sources: list[torch.Tensor] = []
+        self._registrations = -1
         self._stamp: tuple[int, ...] = ()
         self._values: dict[Hashable, _W] = {}
 
     def _current_stamp(self, modules: tuple[nn.Module | None, ...]) -> tuple[int, ...]:
-        if self._sources is None:  # the tensor objects persist: load, .to() and edits change them in place
+        """Optimiser steps, every source's version counter, and the storage of the first and last source.
+
+        A device or dtype move replaces the storage of every tensor of a module at once, so two
+        of them stand for all; a parameter or buffer replaced by another object (``setattr``,
+        ``load_state_dict(assign=True)``) is a registration, after which the sources are listed again.
+        """
+        if self._registrations != _events[1]:
             present = [m for m in modules if m is not None]
             self._sources = [t for m in present for t in (*m.parameters(), *m.buffers())]
+            self._registrations = _events[1]
+        src = self._sources
         try:
-            return (_optimizer_steps, *(t._version for t in self._sources), *(t.data_ptr() for t in self._sources))
+            versions = tuple(map(_version, src))
         except RuntimeError:  # inference tensors (a model built under inference_mode) have no version counter
-            return (
-                _optimizer_steps,
-                *(-1 if t.is_inference() else t._version for t in self._sources),
-                *(t.data_ptr() for t in self._sources),
-            )
+            versions = tuple(-1 if t.is_inference() else t._version for t in src)
+        return (_events[0], *versions, src[0].data_ptr(), src[-1].data_ptr()) if src else ()
 
     def get(self, modules: tuple[nn.Module | None, ...], key: Hashable, build: Callable[[], _W]) -> _W:
         """``build()`` as of the current parameters of ``modules``, from the cache when none changed since."""
@@ -73,8 +91,8 @@ class DerivedCache(Generic[_W]):
         return value
 
     def clear(self) -> None:
-        """Forget every cached value and the source list (after replacing a parameter object)."""
-        self._sources = None
+        """Forget every cached value and the source list (after editing a parameter through ``.data``)."""
+        self._registrations = -1
         self._stamp = ()
         self._values.clear()
 
