@@ -155,7 +155,7 @@ class ErrorStateEkf:
             for iv in lin:
                 f, q = self._one.build(iv, self.config)
                 np.matmul(f, cov, out=tmp)
-                np.matmul(tmp, f.T, out=cov)
+                np.matmul(tmp, self._one.transpose, out=cov)
                 cov += q
         else:
             f, q = transition_and_noise(concatenate(lin), self.config)

@@ -30,6 +30,7 @@ prefix product and the n covariance steps fold into one, :func:`compose`).
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import numpy as np
@@ -43,7 +44,7 @@ EXP_HALF, EXP_FULL_T, NEG_DT_JR_FULL, NEG_DT_EXP_HALF_T, HALF_DT2_JR_HALF = rang
 ``½dt² Jr(h)``."""
 
 _EYE15 = np.eye(DIM)
-_BIAS_DIAG = np.arange(9, 15)
+_DT_REL_TOL = 1e-9  # one interval: dt changes below this relative size (stamp round-off) keep the noise terms
 
 
 class Interval(NamedTuple):
@@ -168,7 +169,9 @@ class Transition:
 
     :meth:`build` writes the formulas of the module docstring into buffers made once, through
     views made once: on 3x3 blocks, slicing costs as much as the arithmetic, and the filter builds
-    one interval's ``F`` and ``Q`` after every IMU sample when it is read at that rate.
+    one interval's ``F`` and ``Q`` after every IMU sample when it is read at that rate. For the
+    same reason a one-interval instance keeps its noise terms while ``dt`` stays the same (to
+    ``1e-9`` relative: stamp round-off); ``transpose`` is ``Fᵀ``, a view.
     """
 
     def __init__(self, lead: tuple[int, ...] = ()):
@@ -178,6 +181,7 @@ class Transition:
         self._f_rot_rot, self._f_rot_bg = f[..., ROT, ROT], f[..., ROT, BG]
         self._f_vel_rot, self._f_vel_ba, self._f_vel_bg = f[..., VEL, ROT], f[..., VEL, BA], f[..., VEL, BG]
         self._f_pos_rot, self._f_vel_bias, self._f_pos_bias = f[..., POS, ROT], f[..., VEL, 9:15], f[..., POS, 9:15]
+        self.transpose = np.swapaxes(f, -1, -2)
         self._g = f[..., 0:9, 9:15]  # G, F's bias columns
         self._g_t = np.swapaxes(self._g, -1, -2)
         self._gw = np.empty((*lead, 9, 6))
@@ -186,6 +190,19 @@ class Transition:
         self._y = np.empty((*lead, 2, 3, 3))
         self._y_rot = self._y[..., 0, :, :]
         self._lead = lead
+        self._noise_dt = math.nan  # dt of the noise terms in place (one interval: kept while dt stays)
+        self._white = np.empty((*lead, 1, 6))
+
+    def _set_noise(self, dt, config: EkfConfig) -> None:
+        """The dt-dependent noise terms: ``W`` for ``G W Gᵀ`` and the bias-walk diagonal of ``Q``."""
+        wa = white_noise_variance(config.acc_noise_density, dt)
+        wg = white_noise_variance(config.gyro_noise_density, dt)
+        qa = random_walk_variance(config.acc_random_walk, dt)
+        qg = random_walk_variance(config.gyro_random_walk, dt)
+        variances = stack_entries((wa, wa, wa, wg, wg, wg, qa, qa, qa, qg, qg, qg), self._lead, (2, 6))
+        self._white = variances[..., 0:1, :]
+        self._q_bias_diag[...] = variances[..., 1, :]
+        self._noise_dt = dt
 
     def build(self, iv: Interval, config: EkfConfig) -> tuple[np.ndarray, np.ndarray]:
         """``(F, Q)`` of ``iv`` (the buffers themselves: the next call overwrites them)."""
@@ -206,14 +223,10 @@ class Transition:
         f = self.f
         f[..., 6, 3] = f[..., 7, 4] = f[..., 8, 5] = iv.dt
         # Q = G W Gᵀ + bias random walks, W = diag(σ_a², σ_g²)/dt
-        wa = white_noise_variance(config.acc_noise_density, iv.dt)
-        wg = white_noise_variance(config.gyro_noise_density, iv.dt)
-        qa = random_walk_variance(config.acc_random_walk, iv.dt)
-        qg = random_walk_variance(config.gyro_random_walk, iv.dt)
-        variances = stack_entries((wa, wa, wa, wg, wg, wg, qa, qa, qa, qg, qg, qg), lead, (2, 6))
-        np.multiply(self._g, variances[..., 0:1, :], out=self._gw)
+        if lead or not abs(iv.dt - self._noise_dt) <= _DT_REL_TOL * iv.dt:  # also true for the initial NaN
+            self._set_noise(iv.dt, config)
+        np.multiply(self._g, self._white, out=self._gw)
         np.matmul(self._gw, self._g_t, out=self._q_nav)
-        self._q_bias_diag[...] = variances[..., 1, :]
         return f, self.q
 
 
