@@ -60,7 +60,9 @@ class ModelConfig:
         enc_channels: C, channels of the (learnable) sine positional encoding (paper: 64).
         enc_dim: D, projected bin-encoding size (paper: 32).
         cov_head: add the log-σ covariance decoder beside the bins (M and B+C variants).
-        uncertainty: ``"B"``, ``"C"`` or ``"B+C"``: which variance the model reports.
+        uncertainty: ``"B"``, ``"C"`` or ``"B+C"``: the variance the model reports by default (the
+            variant it was trained as). The source is an inference-time choice: ``VeloBinsNet.forward``,
+            ``StreamingPredictor`` and ``ExportWrapper`` take ``uncertainty=`` per call.
         velocity_range: R [m/s]; bins span [−R, R] on every axis.
     """
 
