@@ -53,11 +53,16 @@ def ground_truth_state(seq: Sequence, index: int = 0):
     return NavState.from_pose(seq.q[index], seq.v[index], seq.p[index])
 
 
-def predict_flight(model, seq: Sequence, update_rate_hz: float | None = None) -> tuple[np.ndarray, ...]:
-    """Network estimates over a flight as the node computes them: (t (U,), v (U, 3), var (U, 3))."""
+def predict_flight(
+    model, seq: Sequence, update_rate_hz: float | None = None, uncertainty: str | None = None
+) -> tuple[np.ndarray, ...]:
+    """Network estimates over a flight as the node computes them: (t (U,), v (U, 3), var (U, 3)).
+
+    ``uncertainty`` (``B``, ``C``, ``B+C``) picks the reported variance source; None: the model's own.
+    """
     from velobins_net.inference import StreamingPredictor
 
-    predictor = StreamingPredictor(model, update_rate_hz=update_rate_hz)
+    predictor = StreamingPredictor(model, update_rate_hz=update_rate_hz, uncertainty=uncertainty)
     ts, vs, vars_ = [], [], []
     for i in range(len(seq)):
         t = float(seq.t[i])

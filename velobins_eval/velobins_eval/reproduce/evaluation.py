@@ -9,7 +9,6 @@ flights loaded once per worker); Ctrl-C or an error cancels every queued unit.
 
 from __future__ import annotations
 
-import dataclasses
 import multiprocessing
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -66,16 +65,12 @@ def evaluate_unit(
     from velobins_net.inference import load_checkpoint
 
     model = load_checkpoint(checkpoint)
-    if unit.uncertainty is not None and unit.uncertainty != model.cfg.uncertainty:
-        if not model.cfg.cov_head and "C" in unit.uncertainty:
-            raise ValueError(f"{checkpoint}: row {unit.row} needs a covariance decoder, the model has none")
-        # cfg.uncertainty is read at forward time; drop any cache built from the previous source.
-        model.cfg = dataclasses.replace(model.cfg, uncertainty=unit.uncertainty)
-        if hasattr(model, "invalidate_cache"):
-            model.invalidate_cache()
+    if unit.uncertainty is not None and not model.cfg.cov_head and "C" in unit.uncertainty:
+        raise ValueError(f"{checkpoint}: row {unit.row} needs a covariance decoder, the model has none")
     result = UnitResult(unit, {}, {})
     for seq in seqs:
-        t, v, var = predict_flight(model, seq)
+        # The uncertainty source is an inference argument: the model itself is not modified.
+        t, v, var = predict_flight(model, seq, uncertainty=unit.uncertainty)
         record = fuse_flight(seq, t, v, var, unit.row, ekf_config)
         gt = GroundTruth.of(seq)
         result.flights[seq.name] = score(record, gt)

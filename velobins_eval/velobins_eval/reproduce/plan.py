@@ -5,7 +5,7 @@ Trainings (paper §IV-A "Implementation Details", §V ablations; schedules in :d
 * ``reg`` and the headline ``G+H^B`` (SPE, N = 512) for every seed of the schedule;
 * ``H^B``, ``G^B``; ``M`` and ``M+H`` trained once with a covariance decoder (``--uncertainty
   B+C``): the loss does not depend on the uncertainty source (``velobins_net.losses``), so one model
-  serves its ^B, ^C and ^B+C rows by switching ``model.cfg.uncertainty`` at evaluation;
+  serves its ^B, ^C and ^B+C rows, the source passed to the predictor at evaluation;
 * ``G+H^B`` with the ``direct`` and ``pe`` bin encodings (Table III) and with every N of the
   schedule's bin sweep (Fig. bins; N = 512 is the headline seed-0 model).
 
@@ -136,7 +136,7 @@ class EvalUnit:
     Attributes:
         row: metrics.json row name (``reg``, ``M^C``, ``G+H^B N=16``, ...).
         model: :attr:`TrainingJob.name` of the checkpoint.
-        uncertainty: ``B``, ``C`` or ``B+C`` to override ``model.cfg.uncertainty``; None keeps it.
+        uncertainty: ``B``, ``C`` or ``B+C``: the variance source the predictor reports; None: the model's own.
         seed: training seed of the model.
     """
 
