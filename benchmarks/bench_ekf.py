@@ -4,12 +4,14 @@ Run: ``.venv/bin/python benchmarks/bench_ekf.py [--seconds 60]``. Prints a table
 IMU samples per second and the real-time factor (simulated seconds per wall second; target ≥ 50x).
 Data generation is excluded from the timings. Rows:
 
-* the streaming wrapper (``VelocityEkf``) fed as the offline evaluation and the ROS node feed it,
-  reading the state only where they need it (at updates); the core then propagates the IMU
-  intervals between updates in batches (``velobins_ekf.propagation``);
+* the streaming wrapper (``VelocityEkf``) reading the state only at the updates; the core then
+  runs the functions of ``velobins_ekf.propagation`` on whole blocks of IMU intervals;
 * the same, but reading state *and* covariance after every IMU sample, as the EKF node does when it
-  publishes odometry at the IMU rate (``odom_rate: 0``): the per-sample path;
+  publishes odometry at the IMU rate (``odom_rate: 0``): the same functions, one interval at a time;
 * the bare core's propagation in both modes, for reference.
+
+The "read every sample" rows read the core (``.ekf``) directly, as this benchmark always has, so
+that figures stay comparable across versions.
 """
 
 from __future__ import annotations
