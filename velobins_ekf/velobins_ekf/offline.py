@@ -112,11 +112,8 @@ def run_offline(
             j += 1
         filt.add_imu(ti, acc_l[i], gyro_l[i])
         if i % output_stride == 0:
-            st = filt.state
             out_t[k] = ti
-            out_p[k] = st.pos
-            out_r[k] = st.rot
-            out_v[k] = st.vel
+            filt.write_pose(out_p[k], out_r[k], out_v[k])
             if out_c is not None:
                 out_c[k] = np.diagonal(filt.covariance)
             k += 1

@@ -238,9 +238,9 @@ def transition_and_noise(iv: Interval, config: EkfConfig) -> tuple[np.ndarray, n
 
 def concatenate(intervals: list[Interval]) -> Interval:
     """One block of the queued linearisation points (single intervals and blocks), in order."""
-    if all(not np.shape(iv.dt) for iv in intervals):
+    if not any(isinstance(iv.dt, np.ndarray) for iv in intervals):
         return Interval(*(np.array(field) for field in zip(*intervals, strict=True)))
-    blocks = [iv if np.shape(iv.dt) else Interval(*(np.asarray(x)[None] for x in iv)) for iv in intervals]
+    blocks = [iv if isinstance(iv.dt, np.ndarray) else Interval(*(np.asarray(x)[None] for x in iv)) for iv in intervals]
     return Interval(*(np.concatenate(field) for field in zip(*blocks, strict=True)))
 
 

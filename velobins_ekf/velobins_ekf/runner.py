@@ -216,6 +216,14 @@ class VelocityEkf:
         """Current nominal state (a copy)."""
         return self.ekf.state.copy()
 
+    def write_pose(self, pos: np.ndarray, rot: np.ndarray, vel: np.ndarray) -> None:
+        """Copy world position (3,), body->world rotation (3, 3) and world velocity (3,) at
+        :attr:`time` into the given arrays (a caller recording every IMU sample allocates nothing)."""
+        st = self.ekf.state
+        pos[...] = st.pos
+        rot[...] = st.rot
+        vel[...] = st.vel
+
     def pop_updates(self) -> list[UpdateResult]:
         """Return and forget the update records so far (a long-running node must drain them).
 
