@@ -61,8 +61,8 @@ def main() -> None:
         parse_ms = _median_ms(lambda: load_sequence("nanobench", NANOBENCH_FILE))
         rows.append(("NanoBench .csv.gz (adapter)", parse_ms, NANOBENCH_FILE.stat().st_size))
         cache = tmp / "cache"
-        load_cached("nanobench", NANOBENCH_FILE, cache)
-        hit_ms = _median_ms(lambda: load_cached("nanobench", NANOBENCH_FILE, cache))
+        load_cached("nanobench", NANOBENCH_FILE, cache, load_sequence)
+        hit_ms = _median_ms(lambda: load_cached("nanobench", NANOBENCH_FILE, cache, load_sequence))
         rows.append(("NanoBench via load_cached (hit)", hit_ms, next(cache.iterdir()).stat().st_size))
     else:
         seq = _synthetic()

@@ -126,7 +126,7 @@ def test_cache_reused_until_source_changes(tmp_path: Path) -> None:
     src = tmp_path / "flight.csv"
     write_csv(_hover(), src)
     cache = tmp_path / "cache"
-    first = load_cached("csv", src, cache)
+    first = load_cached("csv", src, cache, load_sequence)
     cfile = cache_path("csv", src, cache)
     assert cfile.is_file()
     # Poison the cache's data while keeping its stamp: a reuse must return the poisoned value.
@@ -135,12 +135,12 @@ def test_cache_reused_until_source_changes(tmp_path: Path) -> None:
     payload["acc"] = payload["acc"] + 1.0
     with open(cfile, "wb") as fh:
         np.savez(fh, **payload)
-    reused = load_cached("csv", src, cache)
+    reused = load_cached("csv", src, cache, load_sequence)
     np.testing.assert_allclose(reused.acc, first.acc + 1.0)
     # Touching the source (new mtime) invalidates the cache: the real data comes back.
     st = src.stat()
     os.utime(src, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
-    fresh = load_cached("csv", src, cache)
+    fresh = load_cached("csv", src, cache, load_sequence)
     np.testing.assert_array_equal(fresh.acc, first.acc)
 
 
@@ -150,14 +150,14 @@ def test_a_cache_holding_bad_data_is_rebuilt_from_the_source(tmp_path: Path) -> 
     src = tmp_path / "flight.csv"
     write_csv(_hover(), src)
     cache = tmp_path / "cache"
-    first = load_cached("csv", src, cache)
+    first = load_cached("csv", src, cache, load_sequence)
     cfile = cache_path("csv", src, cache)
     with np.load(cfile) as npz:
         payload = dict(npz)
     payload["q"] = payload["q"] * 2.0
     with open(cfile, "wb") as fh:
         np.savez(fh, **payload)
-    again = load_cached("csv", src, cache)
+    again = load_cached("csv", src, cache, load_sequence)
     np.testing.assert_array_equal(again.q, first.q)
     np.testing.assert_array_equal(load_sequence_file(cfile).q, first.q)  # the cache was rewritten
 
@@ -167,7 +167,7 @@ def test_a_damaged_cache_file_is_rebuilt_never_fatal(tmp_path: Path, damage: str
     src = tmp_path / "flight.csv"
     write_csv(_hover(), src)
     cache = tmp_path / "cache"
-    first = load_cached("csv", src, cache)
+    first = load_cached("csv", src, cache, load_sequence)
     cfile = cache_path("csv", src, cache)
     data = cfile.read_bytes()
     if damage == "truncated":
@@ -184,7 +184,7 @@ def test_a_damaged_cache_file_is_rebuilt_never_fatal(tmp_path: Path, damage: str
             np.savez(fh, **payload)
     with pytest.raises(SequenceError, match=cfile.name):
         load_sequence_file(cfile)
-    again = load_cached("csv", src, cache)
+    again = load_cached("csv", src, cache, load_sequence)
     np.testing.assert_array_equal(again.acc, first.acc)
     np.testing.assert_array_equal(load_sequence_file(cfile).acc, first.acc)
     assert not [p.name for p in cache.iterdir() if p.name.startswith(".")]  # no temporary files left

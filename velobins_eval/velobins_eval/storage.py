@@ -21,6 +21,7 @@ import json
 import warnings
 import zipfile
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -116,16 +117,17 @@ def _cache_is_fresh(cache_file: Path, kind: str, stamp: SourceStamp) -> bool:
     return info == {"kind": kind, "mtime_ns": stamp.mtime_ns, "size": stamp.size}
 
 
-def load_cached(kind: str, path: str | Path, cache_dir: str | Path, **options: Any) -> Sequence:
+def load_cached(
+    kind: str, path: str | Path, cache_dir: str | Path, parse: Callable[..., Sequence], **options: Any
+) -> Sequence:
     """Load a dataset flight through the cache in ``cache_dir`` (created when absent).
 
-    The source is parsed with :func:`velobins_eval.datasets.load_sequence` (``options`` go to
-    the adapter and are part of the cache key) unless a cache file exists whose recorded kind,
+    The source is parsed with ``parse(kind, path, **options)`` (e.g.
+    :func:`velobins_eval.datasets.load_sequence`, which passes itself, so this module needs no
+    import of the adapters; ``options`` are part of the cache key) unless a cache file exists whose recorded kind,
     source mtime and size and format version all match; then the npz is read instead. A cache
     file that cannot be read is rebuilt; one that cannot be written gives a ``UserWarning``.
     """
-    from velobins_eval.datasets import load_sequence
-
     cache_dir = Path(cache_dir)
     stamp = source_stamp(path)
     cache_file = cache_path(kind, path, cache_dir, options)
@@ -134,7 +136,7 @@ def load_cached(kind: str, path: str | Path, cache_dir: str | Path, **options: A
             return load_sequence_file(cache_file)
         except SequenceError:
             pass  # torn or damaged cache file: rebuild it from the source below
-    seq = load_sequence(kind, path, **options)
+    seq = parse(kind, path, **options)
     try:
         cache_dir.mkdir(parents=True, exist_ok=True)
         save_sequence(seq, cache_file, extra={"cache": {"kind": kind, "mtime_ns": stamp.mtime_ns, "size": stamp.size}})

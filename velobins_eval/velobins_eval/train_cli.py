@@ -1,8 +1,10 @@
 """``velobins train``: load flights with a dataset adapter and train one network variant.
 
-Variant names are the rows of the paper's Table II: ``H``, ``M``, ``G``, ``G+H``, ``M+H`` (bins)
-and ``reg`` (the AI-IO regression baseline, Reg (H+N)^C); ``--uncertainty`` picks the variance
-used downstream (``B`` bins, ``C`` covariance decoder, ``B+C`` their sum). Without ``--val``, the
+Variant names are the rows of the paper's Table II in :mod:`velobins_net.variants`' grammar: ``H``,
+``M``, ``G``, ``G+H``, ``M+H`` (bins, optionally ``^B``, ``^C``, ``^B+C``) and ``reg`` (the AI-IO
+regression baseline, Reg (H+N)^C); ``--uncertainty`` replaces the variance source (``B`` bins,
+``C`` covariance decoder, ``B+C`` their sum). Training and model options are generated from
+``TrainConfig`` / ``ModelConfig``, their one source of defaults and help. Without ``--val``, the
 last flights of ``--data`` (``--val-fraction``) are held out for validation.
 
 Under ``torchrun --nproc_per_node N -m velobins_eval.train_cli ...`` the same command trains with
@@ -15,41 +17,55 @@ import argparse
 import sys
 from pathlib import Path
 
+from velobins_common.fields import add_config_options, config_values
 from velobins_net.outputs import RunLayout, open_run_dir, output_mode, remove_stale_temp_files
 
-from .cli import DATASET_KINDS
+from .dataset_kinds import KINDS
 
-VARIANTS = ("H", "M", "G", "G+H", "M+H", "reg")
+TRAIN_FIELDS = ("epochs", "stride", "val_stride", "batch_size", "lr", "seed", "best_metric", "velocity_range", "device")
+"""TrainConfig fields that are options of ``velobins train`` (defaults and help from the dataclass)."""
+MODEL_FIELDS = ("bin_encoding", "num_bins")
+"""ModelConfig fields that are options (the rest follows from the variant and the flights)."""
 
 
-def variant_name(variant: str, uncertainty: str | None) -> str:
-    """Full Table II name, e.g. ``G+H`` + ``B`` -> ``G+H^B``; ``reg`` stays ``reg``."""
-    if variant == "reg":
-        if uncertainty not in (None, "C"):
-            raise ValueError(f"--uncertainty {uncertainty}: the regression baseline only has 'C'")
-        return "reg"
-    return f"{variant}^{uncertainty or 'B'}"
+def parse_cli_variant(variant: str, uncertainty: str | None):
+    """The :class:`~velobins_net.variants.Variant` of ``--variant`` (any Table II name) and ``--uncertainty``.
+
+    ``--uncertainty`` replaces the variant's uncertainty source (``--variant G+H --uncertainty B``
+    is ``G+H^B``); the grammar itself is :func:`velobins_net.variants.parse_variant`'s alone.
+    """
+    from velobins_net.variants import parse_variant
+
+    base = parse_variant(variant)
+    return base if uncertainty is None else parse_variant(f"{base.supervision}^{uncertainty}")
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """Options of ``velobins train``; the training and model options come from their dataclasses."""
+    from velobins_net.config import BIN_ENCODINGS, ModelConfig
+    from velobins_net.train import METRICS, TrainConfig
+
     p = argparse.ArgumentParser(prog="velobins train", description=__doc__.split("\n\n")[0])
-    p.add_argument("--dataset", required=True, choices=DATASET_KINDS, help="adapter for --data/--val")
+    p.add_argument("--dataset", required=True, choices=KINDS, help="adapter for --data/--val")
     p.add_argument("--data", required=True, type=Path, help="directory of training flights")
     p.add_argument("--val", type=Path, help="directory of validation flights (default: hold out from --data)")
     p.add_argument("--val-fraction", type=float, default=0.1, help="share of --data held out when --val is absent")
-    p.add_argument("--variant", default="G+H", choices=VARIANTS, help="supervision (Table II)")
-    p.add_argument("--uncertainty", choices=("B", "C", "B+C"), help="variance source (default B; reg: C)")
-    p.add_argument("--encoding", default="spe", choices=("direct", "pe", "spe"), help="bin encoding (Table III)")
-    p.add_argument("--bins", type=int, default=512, help="bins per axis N")
-    p.add_argument("--epochs", type=int, default=100, help="epochs (paper: 100)")
-    p.add_argument("--stride", type=int, default=1, help="training window stride [samples] (paper: 1)")
-    p.add_argument("--val-stride", type=int, default=5, help="validation window stride [samples]")
-    p.add_argument("--batch-size", type=int, default=128, help="windows per step (paper: 128)")
-    p.add_argument("--lr", type=float, default=3e-4, help="Adam learning rate (paper: 3e-4)")
-    p.add_argument("--seed", type=int, default=0, help="seed of initialisation and shuffling")
-    p.add_argument("--best-metric", default="nll", choices=("nll", "ave"), help="validation metric for best.pt")
-    p.add_argument("--velocity-range", type=float, help="fixed R [m/s] (default 1.1 x training max)")
-    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"), help="training device")
+    p.add_argument(
+        "--variant",
+        default="G+H",
+        help="Table II row: reg, H, M, G, G+H or M+H, optionally with its uncertainty source (G+H^B, M^B+C)",
+    )
+    p.add_argument("--uncertainty", choices=("B", "C", "B+C"), help="replaces the variant's uncertainty source")
+    add_config_options(
+        p,
+        ModelConfig,
+        MODEL_FIELDS,
+        flags={"bin_encoding": "--encoding", "num_bins": "--bins"},
+        choices={"bin_encoding": BIN_ENCODINGS},
+    )
+    add_config_options(
+        p, TrainConfig, TRAIN_FIELDS, choices={"best_metric": METRICS, "device": ("auto", "cpu", "cuda")}
+    )
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
     p.add_argument(
         "--resume",
@@ -70,6 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="accept flights that fail this plausibility check (names: velobins check --help); recorded in the run",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar or per-epoch lines")
+    p.add_argument(
+        "--cache-dir", type=Path, help="keep parsed flights here (npz) and reuse them while the files are unchanged"
+    )
     p.add_argument("--out", required=True, type=Path, help="output directory (best.pt, last.pt, history.json)")
     return p
 
@@ -127,10 +146,10 @@ def _load(args: argparse.Namespace) -> tuple[list, list, list]:
     """(train flights, validation flights, skipped flights) of the command line's data."""
     from .datasets import load_flights
 
-    loaded = load_flights(args.dataset, args.data, allow=tuple(args.allow))
+    loaded = load_flights(args.dataset, args.data, allow=tuple(args.allow), cache_dir=args.cache_dir)
     skipped = list(loaded.skipped)
     if args.val is not None:
-        val = load_flights(args.dataset, args.val, allow=tuple(args.allow))
+        val = load_flights(args.dataset, args.val, allow=tuple(args.allow), cache_dir=args.cache_dir)
         skipped += val.skipped
         return list(loaded.sequences), list(val.sequences), skipped
     train_seqs, val_seqs = split_validation(list(loaded.sequences), args.val_fraction)
@@ -142,12 +161,11 @@ def _run(args: argparse.Namespace) -> int:
 
     from velobins_net.config import ModelConfig
     from velobins_net.train import TrainConfig, train
-    from velobins_net.variants import parse_variant
 
     if args.threads:
         torch.set_num_threads(args.threads)
     resume = _resume_path(args)
-    variant = parse_variant(variant_name(args.variant, args.uncertainty))
+    variant = parse_cli_variant(args.variant, args.uncertainty)
     train_seqs, val_seqs, skipped = _load(args)
     kinds = {s.rotor_kind for s in train_seqs + val_seqs}
     rotors = {s.num_rotors for s in train_seqs + val_seqs}
@@ -158,27 +176,15 @@ def _run(args: argparse.Namespace) -> int:
     model = ModelConfig(
         num_rotors=rotors.pop(),
         rotor_kind=kinds.pop(),
-        num_bins=args.bins,
-        bin_encoding=args.encoding,
-        head="reg" if variant.is_regression else "bins",
-        uncertainty=variant.uncertainty,
-        cov_head="C" in variant.uncertainty,
-    )
+        **config_values(args, MODEL_FIELDS),
+    )  # head, covariance decoder and uncertainty follow from the variant (train.resolve_model_config)
     notes = (f"; skipped {len(skipped)} unusable flight(s)" if skipped else "") + (
         f"; plausibility checks allowed: {', '.join(args.allow)}" if args.allow else ""
     )
     cfg = TrainConfig(
         model=model,
         variant=variant.name,
-        epochs=args.epochs,
-        batch_size=args.batch_size,
-        lr=args.lr,
-        stride=args.stride,
-        val_stride=args.val_stride,
-        seed=args.seed,
-        best_metric=args.best_metric,
-        device=args.device,
-        velocity_range=args.velocity_range,
+        **config_values(args, TRAIN_FIELDS),
         resume=str(resume) if resume else None,
         progress=not args.no_progress,
         data_description=f"{args.dataset}: train {args.data} ({len(train_seqs)} flights), "

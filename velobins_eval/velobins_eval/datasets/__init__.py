@@ -249,7 +249,7 @@ def load_flights(
             if cache_dir is None:
                 seq = load_sequence(kind, file, allow=allowed, **kwargs)
             else:
-                seq = load_cached(kind, file, cache_dir, validate=False, **kwargs)
+                seq = load_cached(kind, file, cache_dir, load_sequence, validate=False, **kwargs)
                 check_flight(seq, allowed)
             result.sequences.append(seq)
         except UnusableFlightError as exc:
