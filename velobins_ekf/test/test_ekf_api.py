@@ -71,3 +71,15 @@ def test_bad_parameter_files_name_file_and_key(tmp_path: Path, text: str, words:
 def test_missing_parameter_file(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match=r"nope\.yaml"):
         load_filter_config([tmp_path / "nope.yaml"])
+
+
+def test_write_pose_copies_the_state() -> None:
+    f = _filter()
+    pos, rot, vel = np.empty(3), np.empty((3, 3)), np.empty(3)
+    f.write_pose(pos, rot, vel)
+    st = f.state
+    np.testing.assert_array_equal(pos, st.pos)
+    np.testing.assert_array_equal(rot, st.rot)
+    np.testing.assert_array_equal(vel, st.vel)
+    pos[:] = 0.0
+    assert np.all(f.state.pos == st.pos)  # the filter's own arrays are untouched
