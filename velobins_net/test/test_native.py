@@ -227,3 +227,15 @@ def test_streaming_inference_decodes_natively(monkeypatch):
     torch.testing.assert_close(fast.v, ref.v, rtol=1e-5, atol=5e-6)
     torch.testing.assert_close(fast.var, ref.var, rtol=1e-4, atol=1e-7)
     torch.testing.assert_close(fast.logits, ref.logits, rtol=1e-5, atol=1e-5)
+
+
+@needs_compiler
+def test_native_gelu_equals_exact_gelu_and_declines_what_it_cannot_do():
+    x = torch.cat([torch.linspace(-8.0, 8.0, 4001), torch.randn(1003) * 3])  # a tail of n % 16 values
+    y = na.gelu(x)
+    assert y is not None
+    exact = torch.nn.functional.gelu(x.double())
+    torch.testing.assert_close(y.double(), exact, rtol=1e-6, atol=1e-6)
+    assert na.gelu(x.double()) is None  # float32 only
+    assert na.gelu(x.view(2, -1).t()) is None  # non-contiguous
+    assert na.gelu(x.clone().requires_grad_()) is None  # needs autograd

@@ -9,8 +9,8 @@ apply. Nothing outside this package knows how the speed is obtained:
 * :func:`attention`: the all-token self-attention on the packed projection, a native C++ kernel
   for small heads on the CPU (:mod:`.native`);
 * :func:`linear`: ``F.linear`` on oneDNN's matmul for training-size inputs (:mod:`.onednn_linear`);
-* :func:`gelu`: the exact GELU, on PyTorch's vectorised kernel for small tensors (oneDNN's
-  eltwise primitive has a large fixed cost there);
+* :func:`gelu`: the exact GELU, a native kernel for the small activations of one window
+  (oneDNN's eltwise primitive, PyTorch's choice, has a large fixed cost there);
 * :func:`bin_decode`: the bin decoder of a few windows in one native call, the backend of
   :func:`velobins_net.bins.decode_queries`;
 * :class:`DerivedCache`: weights derived from parameters (fused, folded), cached for
@@ -27,6 +27,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from . import native
 from .cache import DerivedCache, map_tensors, tensor_items
 from .cpu_memory import reuse_freed_memory
 from .native import attention, bin_decode, kernel_status
@@ -51,18 +52,16 @@ NATIVE_GELU_MAX_NUMEL = 65536
 
 
 def gelu(x: torch.Tensor) -> torch.Tensor:
-    """Exact (erf) GELU, ``F.gelu(x)``; small float32 CPU tensors on PyTorch's native vectorised kernel.
+    """Exact (erf) GELU, ``F.gelu(x)``; small float32 CPU tensors without autograd in one native call.
 
     For contiguous float32 CPU tensors ``F.gelu`` takes oneDNN's eltwise primitive, whose fixed
-    cost dominates at one window, while for training-size activations it is the faster one.
-    PyTorch takes oneDNN only for contiguous inputs, so a small input is passed as a transposed
-    (non-contiguous) view of the same memory: the native kernel computes the same values, and the
-    result, laid out like its input, views back to ``x``'s shape without a copy. No global flag
-    is touched. Exports (tracing) keep the plain ``F.gelu``.
+    cost dominates at one window, while for training-size activations it is the faster one. So
+    up to :data:`NATIVE_GELU_MAX_NUMEL` values :func:`velobins_net.accel.native.gelu` runs (same
+    values to float rounding); it declines what it cannot do (a gradient, tracing, another dtype),
+    and ``F.gelu`` runs. No global flag is touched.
     """
-    n = x.numel()
-    if n > NATIVE_GELU_MAX_NUMEL or n < 4 or n % 2 or x.device.type != "cpu" or not x.is_contiguous():
-        return F.gelu(x)
-    if torch.jit.is_tracing():
-        return F.gelu(x)
-    return F.gelu(x.view(2, n // 2).t()).t().view(x.shape)
+    if x.numel() <= NATIVE_GELU_MAX_NUMEL:
+        y = native.gelu(x)
+        if y is not None:
+            return y
+    return F.gelu(x)

@@ -1,4 +1,4 @@
-"""Native CPU kernels (all-token attention for small heads, the bin decoder at inference).
+"""Native CPU kernels (all-token attention for small heads; bin decoder and GELU at inference).
 
 :func:`attention` maps the packed projection ``qkv`` (B, T, 3·H·E) to the attention output
 (B, T, H·E), exactly ``F.scaled_dot_product_attention`` per head. On the CPU, for float32/64 and
@@ -8,7 +8,8 @@ T = 100, sizes at which PyTorch's CPU kernels spend most of their time outside t
 
 :func:`bin_decode` is a backend of :func:`velobins_net.bins.decode_queries`: the bin decoder of
 a window in one call (logits, softmax, eq:decode, eq:bin_variance) where PyTorch takes about ten
-small ops (``benchmarks/bench_net_latency.py``).
+small ops (``benchmarks/bench_net_latency.py``). :func:`gelu` is the exact GELU of one window's
+small activations, where PyTorch's oneDNN eltwise primitive has a large fixed cost.
 
 The kernels are C++ (``native_kernels.cpp``: no PyTorch headers), built once per source,
 compiler and CPU with ``g++ -O3 -march=native`` into the user cache (``$VELOBINS_CACHE_DIR``,
@@ -140,6 +141,7 @@ def _load() -> ctypes.CDLL | None:
             for name in ("vb_attn_bwd_f32", "vb_attn_bwd_f64"):
                 getattr(lib, name).argtypes = [ptr, ptr, ptr, ptr, ptr, *dims]
             lib.vb_bin_decode_f32.argtypes = [ptr, ptr, ptr, ptr, ptr, ptr, i64, i64, i64]
+            lib.vb_gelu_f32.argtypes = [ptr, ptr, i64]
             if lib.vb_attn_max_head_dim() != MAX_HEAD_DIM:
                 raise RuntimeError("kernel library and native.py disagree on the head dimensions")
         except (OSError, RuntimeError, AttributeError) as exc:
@@ -250,6 +252,28 @@ def bin_decode(
     if lib.vb_bin_decode_f32(*ptrs, var.data_ptr(), rows, dim, n) != 0:
         return None
     return logits, v, var
+
+
+def gelu(x: torch.Tensor) -> torch.Tensor | None:
+    """Exact GELU of a contiguous float32 CPU tensor without autograd in one native call; None otherwise.
+
+    Φ(x) = ½ erfc(−x/√2) with a Chebyshev fit of erfc (relative error < 1.2e-7, see the source).
+    Declines (the caller runs ``F.gelu``) under tracing, for other dtypes or devices, for a
+    tensor that needs a gradient, or without the native library.
+    """
+    if torch.jit.is_scripting() or torch.jit.is_tracing():
+        return None
+    if x.device.type != "cpu" or x.dtype != torch.float32 or not x.is_contiguous():
+        return None
+    if x.requires_grad and torch.is_grad_enabled():
+        return None
+    lib = _load()
+    if lib is None:
+        return None
+    y = torch.empty_like(x)
+    if lib.vb_gelu_f32(x.data_ptr(), y.data_ptr(), x.numel()) != 0:
+        return None
+    return y
 
 
 def main(argv: list[str] | None = None) -> int:

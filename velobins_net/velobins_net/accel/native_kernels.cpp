@@ -2,6 +2,7 @@
 //
 // 1. vb_attn_*: multi-head self-attention (no mask) for small heads, forward and backward.
 // 2. vb_bin_decode_f32: the bin decoder at inference (eq:softmax, eq:decode, eq:bin_variance).
+// 3. vb_gelu_f32: the exact GELU of the small activations of one window, without autograd.
 //
 // --- 1. attention ------------------------------------------------------------------------------
 //
@@ -389,9 +390,57 @@ void bin_decode(const float* q, const float* feat_t, const float* centres, float
   }
 }
 
+// Exact GELU, y = x·Φ(x) with Φ(x) = ½ erfc(−x/√2), erfc by the Chebyshev fit of Numerical
+// Recipes' erfcc (relative error < 1.2e-7 everywhere, so the negative tail keeps its relative
+// precision): t = 1/(1 + |z|/2), erfc(|z|) = t·exp(−z² + P(t)). For the small activations of one
+// window, where oneDNN's eltwise primitive (PyTorch's choice for contiguous float32) costs more in
+// fixed overhead than the arithmetic.
+template <typename T> inline T gelu_poly(T x, T* z2_out) {
+  const T az = (x < 0 ? -x : x) * 0.70710678118654752f;
+  *z2_out = az * az;
+  return 1.0f / (0.5f * az + 1.0f);
+}
+template <typename T> inline T gelu_of(T x, T t, T e) {
+  // e = exp(−z² + P(t)); erfc(|z|) = t·e; Φ(x) = ½ erfc(|z|) for x < 0, 1 − ½ erfc(|z|) otherwise
+  const T half_erfc = 0.5f * t * e;
+  return x * (x < 0 ? half_erfc : 1.0f - half_erfc);
+}
+template <typename T> inline T erfcc_exponent(T t, T z2) {
+  return -z2 - 1.26551223f +
+         t * (1.00002368f +
+              t * (0.37409196f +
+                   t * (0.09678418f +
+                        t * (-0.18628806f +
+                             t * (0.27886807f +
+                                  t * (-1.13520398f + t * (1.48851587f + t * (-0.82215223f + t * 0.17087277f))))))));
+}
+
+void gelu(const float* x, float* y, int64_t n) {
+  typedef Vec<float>::v v;
+  constexpr int W = 16;
+  const int64_t nv = n / W;
+  for (int64_t k = 0; k < nv; ++k) {
+    v a, z2;
+    __builtin_memcpy(&a, x + k * W, sizeof(v));
+    const v t = gelu_poly<v>(a, &z2);
+    const v r = gelu_of<v>(a, t, vexp(erfcc_exponent<v>(t, z2)));
+    __builtin_memcpy(y + k * W, &r, sizeof(v));
+  }
+  for (int64_t j = nv * W; j < n; ++j) {
+    float z2;
+    const float t = gelu_poly<float>(x[j], &z2);
+    y[j] = gelu_of<float>(x[j], t, std::exp(erfcc_exponent<float>(t, z2)));
+  }
+}
+
 }  // namespace
 
 extern "C" {
+int vb_gelu_f32(const float* x, float* y, int64_t n) {
+  if (n < 0) return 1;
+  gelu(x, y, n);
+  return 0;
+}
 int vb_attn_max_head_dim() { return 16; }
 int vb_bin_decode_f32(const float* q, const float* feat_t, const float* centres, float* logits, float* v, float* var,
                       int64_t rows, int64_t D, int64_t N) {
