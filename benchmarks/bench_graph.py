@@ -39,9 +39,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "velobins_eval" / "test"))
 import graph_fixtures as gf
 
-from velobins_eval.evaluate import GroundTruth, fuse_flight, predict_flight, score
+from velobins_eval.evaluate import fuse_flight, predict_flight
 from velobins_eval.graph import run_graph
-from velobins_eval.report import KEYS
+from velobins_eval.scoring import KEYS, GroundTruth, score
 
 KEEP_UP_DELIVERY = 0.99
 """Share of estimates and odometry that must arrive for a rate to count as keeping up."""

@@ -16,9 +16,9 @@ import graph_fixtures as gf
 import pytest
 
 from velobins_eval.bag import read_bag
-from velobins_eval.evaluate import GroundTruth, fuse_flight, predict_flight, score
+from velobins_eval.evaluate import fuse_flight, predict_flight
 from velobins_eval.graph import run_graph
-from velobins_eval.report import KEYS
+from velobins_eval.scoring import KEYS, GroundTruth, score
 
 RATE = 2.0
 """Replay speed factor (wall seconds per bag second = 1 / RATE)."""

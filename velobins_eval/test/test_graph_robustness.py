@@ -23,7 +23,7 @@ import pytest
 from rosbags.rosbag2 import Reader, Writer
 
 from velobins_eval import bag
-from velobins_eval.report import KEYS
+from velobins_eval.scoring import KEYS
 
 RATE = 2.0
 """Replay speed factor of the faulted run."""

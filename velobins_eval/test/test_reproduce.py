@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from velobins_eval.metrics import FlightMetrics
-from velobins_eval.report import KEYS
 from velobins_eval.reproduce.jobs import run_trainings, train_command
 from velobins_eval.reproduce.manifest import check_manifest
 from velobins_eval.reproduce.paper import direction_sentence
@@ -29,6 +28,7 @@ from velobins_eval.reproduce.plan import (
     sweep_row,
 )
 from velobins_eval.reproduce.summary import RowSummary
+from velobins_eval.scoring import KEYS
 
 METRIC_NAMES = set(KEYS)
 

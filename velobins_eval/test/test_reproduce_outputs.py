@@ -23,9 +23,8 @@ from fixtures_datasets import hover
 from velobins_eval.cli import main
 from velobins_eval.datasets import write_csv
 from velobins_eval.metrics import FlightMetrics
-from velobins_eval.report import KEYS
 from velobins_eval.reproduce import commands, evaluation, jobs, plan
-from velobins_eval.scoring import FlightRecord
+from velobins_eval.scoring import KEYS, FlightRecord
 from velobins_eval.sequence import Sequence
 from velobins_net.outputs import LOCK_NAME
 

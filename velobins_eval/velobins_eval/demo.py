@@ -151,7 +151,8 @@ def _demo(args: argparse.Namespace, out: Path) -> int:
     t = _step(f"4/5 held-out flights -> rosbag2 -> node graph at {args.rate:g}x (network, EKF, eval nodes)")
     from .bag import write_bag
     from .datasets import load_sequence
-    from .evaluate import GroundTruth, fuse_flight, imu_only_flight, predict_flight
+    from .evaluate import fuse_flight, imu_only_flight, predict_flight
+    from .scoring import GroundTruth
 
     seqs = [load_sequence("csv", p) for p in split["test"]]
     graph_metrics: dict[str, dict[str, dict[str, float]]] = {label: {} for label, _ in MODELS}

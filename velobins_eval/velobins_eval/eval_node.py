@@ -29,8 +29,8 @@ from std_msgs.msg import Bool
 from velobins_msgs.msg import VelocityEstimate
 from velobins_ros import LATCHED_QOS, DropCounter, declare_config, stamp_to_sec
 
-from .evaluate import FlightRecord, GroundTruth
 from .report import write_report
+from .scoring import FlightRecord, GroundTruth
 
 
 @dataclass(frozen=True)

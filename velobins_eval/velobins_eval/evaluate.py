@@ -192,6 +192,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="CHECK",
         help="accept flights that fail this plausibility check (see velobins check); recorded in config.json",
     )
+    parser.add_argument(
+        "--cache-dir", type=Path, help="keep parsed flights here (npz) and reuse them while the files are unchanged"
+    )
     return parser
 
 
@@ -212,7 +215,7 @@ def main_evaluate(argv: list[str] | None = None) -> int:
     mode = output_mode(overwrite=args.overwrite)
     with open_run_dir(args.out, EVALUATE_LAYOUT, mode):
         torch.set_num_threads(args.threads)
-        loaded = load_flights(args.dataset, args.data, allow=tuple(args.allow))
+        loaded = load_flights(args.dataset, args.data, allow=tuple(args.allow), cache_dir=args.cache_dir)
         for item in loaded.skipped:
             print(f"skipped {item.path}: {item.reason}", file=sys.stderr)
         seqs = list(loaded.sequences)
