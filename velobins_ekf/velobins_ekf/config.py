@@ -20,7 +20,7 @@ class EkfConfig:
     IMU noise is the usual continuous-time model: white noise densities (``*_noise_density``)
     and bias random walks (``*_random_walk``). The filter discretises them per IMU interval dt as
     per-sample variances ``density² / dt`` (a sampled, zero-order-held IMU) and bias increments
-    ``random_walk² · dt`` (see :mod:`velobins_ekf.ekf`).
+    ``random_walk² · dt`` (see :mod:`velobins_ekf.propagation`).
     """
 
     acc_noise_density: float = 0.02

@@ -39,7 +39,7 @@ __all__ = ["BA", "BG", "DIM", "POS", "ROT", "VEL", "ErrorStateEkf", "NavState", 
 
 _SYMMETRISE_EVERY = 256  # propagations between symmetrising P and re-orthonormalising R (round-off hygiene)
 _PD_FLOOR = 1e-15  # smallest eigenvalue kept by the PD guard (relative to the largest)
-_BATCH_MIN = 8  # queued intervals from which the batched path is faster than the per-sample one
+_BATCH_MIN = 8  # queued intervals from which one block is faster than one interval at a time
 _QUEUE_MAX = 256  # queued intervals that force a flush (bounds memory between reads)
 
 

@@ -70,8 +70,9 @@ def run_offline(
         keep_updates: keep the per-update records (memory: ~1 kB each).
         check_covariance: track P's smallest eigenvalue and asymmetry at the recorded rows.
         record_covariance: record P's diagonal at the recorded rows. Off by default: reading P
-            at every IMU sample forces the filter's per-sample covariance path (several times
-            slower than the batched one it takes between updates, see :class:`~velobins_ekf.ekf.ErrorStateEkf`).
+            at every IMU sample makes the filter step the covariance one interval at a time
+            (several times slower than the blocks it takes between updates, see
+            :class:`~velobins_ekf.ekf.ErrorStateEkf`).
     """
     t_imu = np.asarray(t_imu, dtype=np.float64)
     acc = np.asarray(acc, dtype=np.float64)

@@ -3,7 +3,7 @@
 :class:`VelocityEkf` is what the ROS node and the offline evaluation drive:
 
 * IMU samples propagate the filter over each interval with the mean of the two bounding samples
-  (second-order accurate, see :mod:`velobins_ekf.ekf`);
+  (second-order accurate, see :mod:`velobins_ekf.propagation`);
 * a velocity measurement stamped between IMU samples waits until the IMU stream passes its stamp,
   then the filter propagates to the stamp (IMU linearly interpolated), updates, and propagates on;
 * a measurement older than the current state (network latency, reordering) is applied at its own
@@ -255,7 +255,7 @@ class VelocityEkf:
 
     @property
     def covariance(self) -> np.ndarray:
-        """15x15 error-state covariance (see :mod:`velobins_ekf.ekf` for the order)."""
+        """15x15 error-state covariance (see :mod:`velobins_ekf.state` for the order)."""
         return self.ekf.covariance
 
     def pose_covariance_ros(self) -> np.ndarray:
