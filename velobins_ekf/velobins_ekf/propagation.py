@@ -102,11 +102,16 @@ def interval_series(dt, hx, hy, hz) -> np.ndarray:
     return (coefficients @ basis).reshape((*lead, 5, 3, 3))
 
 
-def world_acceleration(r_mid: np.ndarray, acc: np.ndarray, gravity: float) -> np.ndarray:
-    """``a_w = R_m ā + g_vec`` [m/s²], (3,) or (n, 3), with ``g_vec = (0, 0, −g)``."""
-    a_w = np.matvec(r_mid, acc)
-    a_w[..., 2] -= gravity
-    return a_w
+def world_acceleration(r_mid, acc, gravity: float) -> tuple:
+    """``a_w = R_m ā + g_vec`` [m/s²], ``g_vec = (0, 0, −g)``, from the 9 entries of ``R_m``
+    (row-major) and the 3 of ``ā``: floats (one interval) or (n,) arrays (a block)."""
+    r00, r01, r02, r10, r11, r12, r20, r21, r22 = r_mid
+    ax, ay, az = acc
+    return (
+        r00 * ax + r01 * ay + r02 * az,
+        r10 * ax + r11 * ay + r12 * az,
+        r20 * ax + r21 * ay + r22 * az - gravity,
+    )
 
 
 def position_increment(vel: np.ndarray, a_w: np.ndarray, dt) -> np.ndarray:
@@ -126,7 +131,7 @@ def nominal_step(state: NavState, gravity: float, dt: float, acc, gyro) -> Inter
     e_half = series[EXP_HALF]
     acc_b = (acc[0] - ba0, acc[1] - ba1, acc[2] - ba2)
     r_mid = state.rot @ e_half
-    awx, awy, awz = world_acceleration(r_mid, acc_b, gravity).tolist()
+    awx, awy, awz = world_acceleration(r_mid.ravel().tolist(), acc_b, gravity)
     vx, vy, vz = state.vel.tolist()
     state.pos += (position_increment(vx, awx, dt), position_increment(vy, awy, dt), position_increment(vz, awz, dt))
     state.vel += (awx * dt, awy * dt, awz * dt)
@@ -152,7 +157,7 @@ def propagate_nominal(state: NavState, gravity: float, samples: np.ndarray) -> I
     np.matmul(state.rot, chain[:-1], out=r_start[1:])
     r_mid = r_start @ e_half
     acc_b = samples[:, 1:4] - state.acc_bias
-    a_w = world_acceleration(r_mid, acc_b, gravity)
+    a_w = np.column_stack(world_acceleration(r_mid.reshape(n, 9).T, acc_b.T, gravity))
     v_end = np.cumsum(a_w * dt[:, None], axis=0)
     v_start = np.empty((n, 3))
     v_start[0] = 0.0
