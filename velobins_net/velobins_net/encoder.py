@@ -130,8 +130,8 @@ def encode(x: torch.Tensor, w: EncoderWeights) -> torch.Tensor:
         x = torch.where(w.square_mask, x * x, x)  # thrust ∝ ω²
     z = torch.addcmul(w.in_shift, x, w.in_scale).transpose(1, 2)  # (B, C, T), standardised
     z = accel.gelu(F.conv1d(z, w.conv_w, w.conv_b, padding=w.padding))  # the three branches
-    z = accel.gelu(F.conv1d(z, w.mix_w, w.mix_b, padding=w.padding, groups=w.mix_groups).transpose(1, 2))
-    z = torch.baddbmm(w.pe_bias, z, w.proj_wt.expand(z.shape[0], -1, -1))  # (B, T, d): projection + time PE
+    z = accel.gelu(F.conv1d(z, w.mix_w, w.mix_b, padding=w.padding, groups=w.mix_groups))
+    z = torch.baddbmm(w.pe_bias, z.transpose(1, 2), w.proj_wt.expand(z.shape[0], -1, -1))  # proj + time PE
     for lw in w.layers:
         z = all_tokens(z, lw, w.num_heads, w.d_model)
     # only h = the last token of the last layer is used: run that layer for the last token only
