@@ -17,17 +17,17 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "velobins_eval"))
 
 from velobins_eval.datasets import load_sequence, read_csv, write_csv
-from velobins_eval.sequence import Sequence
+from velobins_eval.sequence import Flight
 from velobins_eval.storage import load_cached, load_sequence_file, save_sequence
 
 NANOBENCH_FILE = Path("/work/shared/data/nanobench/train/B5_helix_fast_rep1.csv.gz")
 REPEATS = 7
 
 
-def _synthetic(n: int = 4000) -> Sequence:
+def _synthetic(n: int = 4000) -> Flight:
     rng = np.random.default_rng(0)
     q = np.tile([0.0, 0.0, 0.0, 1.0], (n, 1))
-    return Sequence(
+    return Flight(
         name="synthetic",
         t=np.arange(n) * 0.01,
         acc=rng.normal(size=(n, 3)),
@@ -49,7 +49,7 @@ def _median_ms(fn) -> float:
     return 1e3 * float(np.median(times))
 
 
-def _savez_compressed(seq: Sequence, path: Path) -> None:
+def _savez_compressed(seq: Flight, path: Path) -> None:
     np.savez_compressed(path, **{k: getattr(seq, k) for k in ("t", "acc", "gyro", "rotor", "p", "q", "v")})
 
 

@@ -19,7 +19,7 @@ G = 9.80665
 
 @dataclass
 class Truth:
-    """A flight in Sequence conventions (world ENU, body FLU, q body->world xyzw, rotor 0..1)."""
+    """A flight in Flight conventions (world ENU, body FLU, q body->world xyzw, rotor 0..1)."""
 
     t: np.ndarray
     p: np.ndarray

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from velobins_eval.bag import write_bag
-from velobins_eval.sequence import Sequence
+from velobins_eval.sequence import Flight
 
 PRESET = "nano"
 """Simulated platform (PWM rotors, NanoBench-like speeds)."""
@@ -50,10 +50,10 @@ TRAIN_LR = 3e-3
 
 @dataclass(frozen=True)
 class GraphSetup:
-    """A trained tiny checkpoint and a held-out flight, as a Sequence and as a bag."""
+    """A trained tiny checkpoint and a held-out flight, as a Flight and as a bag."""
 
     checkpoint: Path
-    flight: Sequence
+    flight: Flight
     bag: Path
 
 

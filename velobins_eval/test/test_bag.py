@@ -10,17 +10,17 @@ from rosbags.rosbag2 import Reader
 from scipy.spatial.transform import Rotation
 
 from velobins_eval import bag
-from velobins_eval.sequence import Sequence
+from velobins_eval.sequence import Flight
 
 FIELDS = ("t", "acc", "gyro", "rotor", "p", "q", "v")
 
 
-def make_flight(n: int = 400, t0: float = 0.0, kind: str = "pwm", rotors: int = 4) -> Sequence:
+def make_flight(n: int = 400, t0: float = 0.0, kind: str = "pwm", rotors: int = 4) -> Flight:
     rng = np.random.default_rng(7)
     t = t0 + np.arange(n) * 0.01
     q = Rotation.from_euler("xyz", np.c_[0.1 * np.sin(t), 0.05 * np.cos(t), 0.4 * t]).as_quat()
     rotor = rng.uniform(0.2, 0.8, (n, rotors)) if kind == "pwm" else rng.uniform(1500, 2500, (n, rotors))
-    return Sequence(
+    return Flight(
         name="unit_flight",
         t=t,
         acc=rng.normal(0, 1, (n, 3)) + np.array([0.0, 0.0, 9.81]),

@@ -22,7 +22,7 @@ import fixtures_datasets as fx
 from velobins_eval import bag
 from velobins_eval.cli import main
 from velobins_eval.datasets import read_csv, write_csv
-from velobins_eval.sequence import Sequence
+from velobins_eval.sequence import Flight
 from velobins_eval.sim import batch
 from velobins_eval.sim.flight import SimulationError
 from velobins_net.outputs import LOCK_NAME, RunLock
@@ -38,9 +38,9 @@ def hidden(root: Path) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in root.rglob(".*"))
 
 
-def hover_seq(name: str = "hover", t0: float = 1000.0, n: int = 400) -> Sequence:
+def hover_seq(name: str = "hover", t0: float = 1000.0, n: int = 400) -> Flight:
     tr = fx.hover(n=n)
-    return Sequence(
+    return Flight(
         name=name,
         t=tr.t - tr.t[0] + t0,
         acc=tr.acc,
@@ -89,7 +89,7 @@ def test_write_bag_refuses_stamps_ros_cannot_hold(tmp_path: Path, t_last: float 
     if t_last is not None:
         t = seq.t.copy()
         t[-1] = t_last
-        seq = Sequence(**{**seq.__dict__, "t": t})
+        seq = Flight(**{**seq.__dict__, "t": t})
     with pytest.raises(bag.BagError) as err:
         bag.write_bag(seq, tmp_path / "b")
     message = str(err.value)
@@ -105,7 +105,7 @@ def test_convert_of_a_1e30_stamp_is_one_line_and_leaves_nothing(
     t[-1] = 1e30
     src = tmp_path / "in" / "stamped.csv"
     src.parent.mkdir()
-    write_csv(Sequence(**{**seq.__dict__, "t": t}), src)
+    write_csv(Flight(**{**seq.__dict__, "t": t}), src)
     out = tmp_path / "new" / "deeper" / "bag"
     before = snapshot(tmp_path)
     status, err = run(convert(src, out), capsys)
@@ -349,7 +349,7 @@ def test_a_failed_simulate_removes_what_it_wrote(
     write_csv_real = csv_format.write_csv
     simulate_real = batch.simulate_flight
 
-    def half_written(seq: Sequence, path: Path) -> None:
+    def half_written(seq: Flight, path: Path) -> None:
         if seq.name.endswith("_001"):
             Path(path).write_text("t,acc_x\n0.0,")
             raise KeyboardInterrupt

@@ -11,16 +11,16 @@ from scipy.spatial.transform import Rotation
 
 from velobins_eval.datasets import DatasetError, load_sequence, read_csv, write_csv
 from velobins_eval.datasets.csv_format import expected_header
-from velobins_eval.sequence import Sequence, SequenceError
+from velobins_eval.sequence import Flight, SequenceError
 from velobins_eval.storage import cache_path, load_cached, load_sequence_file, save_sequence
 
 
-def _seq(n: int = 300, k: int = 6, kind: str = "rpm") -> Sequence:
+def _seq(n: int = 300, k: int = 6, kind: str = "rpm") -> Flight:
     rng = np.random.default_rng(1)
     t = 5.0 + np.arange(n) * 0.005 + rng.uniform(0, 1e-4, n)
     q = Rotation.from_rotvec(rng.normal(0, 0.3, (n, 3))).as_quat()
     rotor = rng.uniform(0, 1, (n, k)) * (1.0 if kind == "pwm" else 2000.0)
-    return Sequence(
+    return Flight(
         name="my_flight",
         t=t,
         acc=rng.normal(0, 1, (n, 3)) + np.array([0.0, 0.0, 9.81]),
@@ -34,10 +34,10 @@ def _seq(n: int = 300, k: int = 6, kind: str = "rpm") -> Sequence:
     )
 
 
-def _hover(n: int = 400) -> Sequence:
+def _hover(n: int = 400) -> Flight:
     """A physically plausible flight (hover at 1 m, 100 Hz), so load_sequence's checks pass."""
     t = 1000.0 + np.arange(n) * 0.01
-    return Sequence(
+    return Flight(
         name="hover",
         t=t,
         acc=np.tile([0.0, 0.0, 9.80665], (n, 1)),

@@ -25,15 +25,15 @@ from velobins_eval.datasets import write_csv
 from velobins_eval.metrics import FlightMetrics
 from velobins_eval.reproduce import commands, evaluation, jobs, plan
 from velobins_eval.scoring import KEYS, FlightRecord
-from velobins_eval.sequence import Sequence
+from velobins_eval.sequence import Flight
 from velobins_net.outputs import LOCK_NAME
 
 FLIGHTS = {"train": ("sim_circle_000", "sim_helix_001"), "val": ("sim_oval_002",)}
 
 
-def _flight(name: str) -> Sequence:
+def _flight(name: str) -> Flight:
     truth = hover(n=400)
-    return Sequence(
+    return Flight(
         name=name,
         t=truth.t,
         acc=truth.acc,
@@ -90,7 +90,7 @@ class FakeSteps:
         return results
 
 
-def _record(seq: Sequence, method: str) -> FlightRecord:
+def _record(seq: Flight, method: str) -> FlightRecord:
     idx = np.arange(20, len(seq.t), 20)
     n = len(idx)
     return FlightRecord(

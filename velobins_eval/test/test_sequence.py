@@ -1,4 +1,4 @@
-"""The Sequence contract: conversions and the validation that names source, field and row."""
+"""The Flight contract: conversions and the validation that names source, field and row."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy.spatial.transform import Rotation
 
-from velobins_eval.sequence import Sequence, SequenceError
+from velobins_eval.sequence import Flight, SequenceError
 
 
 def _arrays(n: int = 50) -> dict:
@@ -23,7 +23,7 @@ def _arrays(n: int = 50) -> dict:
 
 
 def test_body_velocity_rotates_world_into_body() -> None:
-    seq = Sequence(name="s", rotor_kind="pwm", metadata={"source": "x.csv"}, **_arrays())
+    seq = Flight(name="s", rotor_kind="pwm", metadata={"source": "x.csv"}, **_arrays())
     assert np.allclose(seq.body_velocity(), [0.0, -1.0, 0.0])
     assert seq.rate_hz == pytest.approx(100.0) and seq.num_rotors == 4 and len(seq.slice(5, 15)) == 10
 
@@ -41,5 +41,5 @@ def test_validation_names_source_field_and_row(field: str, edit, message: str) -
     arrays = _arrays()
     edit(arrays)
     with pytest.raises(SequenceError, match=message) as err:
-        Sequence(name="s", rotor_kind="pwm", metadata={"source": "flight.csv"}, **arrays)
+        Flight(name="s", rotor_kind="pwm", metadata={"source": "flight.csv"}, **arrays)
     assert err.value.field == field and err.value.source == "flight.csv" and err.value.row is not None

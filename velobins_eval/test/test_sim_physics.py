@@ -1,4 +1,4 @@
-"""Physics and conventions of simulated flights (rotorpy underneath, Sequence conventions on top).
+"""Physics and conventions of simulated flights (rotorpy underneath, Flight conventions on top).
 
 The central check: on a nano flight the body-horizontal specific force tracks the rotor-drag term
 f_xy ≈ -(k_d/m)·(Σ ω_i)·v_body,xy — the effect that makes body velocity observable from IMU + rotors.
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from scipy.spatial.transform import Rotation
 
-from velobins_eval.sequence import Sequence
+from velobins_eval.sequence import Flight
 from velobins_eval.sim import SimulationError, get_preset, simulate_flight
 from velobins_eval.sim.flight import fly
 from velobins_eval.sim.imu import draw_imu_errors
@@ -24,16 +24,16 @@ _SECONDS = 30.0
 
 
 @pytest.fixture(scope="module")
-def nano_noisy() -> Sequence:
+def nano_noisy() -> Flight:
     return simulate_flight("nano", "figure8", _SECONDS, seed=11, index=3)
 
 
 @pytest.fixture(scope="module")
-def nano_clean() -> Sequence:
+def nano_clean() -> Flight:
     return simulate_flight("nano", "figure8", _SECONDS, seed=11, index=3, noise=False)
 
 
-def _rotor_drag_fit(seq: Sequence, window: int) -> list[tuple[float, float]]:
+def _rotor_drag_fit(seq: Flight, window: int) -> list[tuple[float, float]]:
     """Per horizontal axis: (slope, R²) of f_axis ~ slope·(-(Σω)·v_body,axis) + c over ``window``-sample means."""
     omega_sum = _NANO.rotor_speed_from_signal(seq.rotor).sum(axis=1)
     vb = seq.body_velocity()
@@ -49,7 +49,7 @@ def _rotor_drag_fit(seq: Sequence, window: int) -> list[tuple[float, float]]:
     return out
 
 
-def test_body_horizontal_specific_force_tracks_rotor_drag(nano_noisy: Sequence, nano_clean: Sequence) -> None:
+def test_body_horizontal_specific_force_tracks_rotor_drag(nano_noisy: Flight, nano_clean: Flight) -> None:
     expected = _NANO.quad_params["k_d"] / _NANO.mass  # rotorpy: H_i = -k_d ω_i v_local,i
     # Ideal sensors: the rotor-drag term explains nearly all of the body-horizontal specific force.
     for slope, r2 in _rotor_drag_fit(nano_clean, window=1):
@@ -61,7 +61,7 @@ def test_body_horizontal_specific_force_tracks_rotor_drag(nano_noisy: Sequence, 
         assert r2 > 0.8
 
 
-def test_hover_reads_plus_g_on_body_z(nano_noisy: Sequence, nano_clean: Sequence) -> None:
+def test_hover_reads_plus_g_on_body_z(nano_noisy: Flight, nano_clean: Flight) -> None:
     hover = nano_clean.t < HOVER_SECONDS - 0.1
     g = nano_clean.gravity
     assert g == pytest.approx(9.81)  # rotorpy's gravity, recorded in the metadata
@@ -74,7 +74,7 @@ def test_hover_reads_plus_g_on_body_z(nano_noisy: Sequence, nano_clean: Sequence
     assert nano_noisy.acc[hover].std(axis=0) == pytest.approx([0.1, 0.1, 0.1], rel=0.3)  # 1e-2 m/s^2/√Hz · √100
 
 
-def test_ground_truth_is_kinematically_consistent(nano_clean: Sequence) -> None:
+def test_ground_truth_is_kinematically_consistent(nano_clean: Flight) -> None:
     seq = nano_clean
     dt = 1.0 / seq.rate_hz
     # velocity = d/dt position
@@ -93,7 +93,7 @@ def test_ground_truth_is_kinematically_consistent(nano_clean: Sequence) -> None:
     assert np.abs(seq.gyro).max() > 0.3
 
 
-def test_sequence_contract_and_metadata(nano_noisy: Sequence) -> None:
+def test_sequence_contract_and_metadata(nano_noisy: Flight) -> None:
     seq = nano_noisy
     assert seq.name == "sim_figure8_003"
     assert seq.rotor_kind == "pwm" and seq.num_rotors == 4

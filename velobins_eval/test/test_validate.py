@@ -27,7 +27,7 @@ from velobins_eval.datasets import (
     load_sequence,
     write_csv,
 )
-from velobins_eval.sequence import Sequence, SequenceError
+from velobins_eval.sequence import Flight, SequenceError
 from velobins_eval.validate import CHECKS, PlausibilityError, PlausibilityLimits, check_flight, inspect_flight
 
 G = 9.80665
@@ -64,12 +64,12 @@ def circle_flight(seconds: float = 6.0, rate: float = 100.0, kind: str = "pwm", 
     }
 
 
-def make_sequence(arrays: dict, name: str = "flight") -> Sequence:
-    return Sequence(name=name, metadata={"platform": "test", "gravity": G}, **arrays)
+def make_sequence(arrays: dict, name: str = "flight") -> Flight:
+    return Flight(name=name, metadata={"platform": "test", "gravity": G}, **arrays)
 
 
 def write_flight(path: Path, arrays: dict | None = None) -> Path:
-    """Write ``arrays`` (default: a good circle) as a plain-CSV flight; the Sequence contract applies."""
+    """Write ``arrays`` (default: a good circle) as a plain-CSV flight; the Flight contract applies."""
     write_csv(make_sequence(arrays if arrays is not None else circle_flight(), path.stem), path)
     return path
 
@@ -142,7 +142,7 @@ def test_messages_name_the_likely_cause(tmp_path: Path) -> None:
 
 
 def test_pwm_kind_given_rpm_values_is_caught_by_the_contract(tmp_path: Path) -> None:
-    """Out-of-range PWM never reaches the validator: Sequence's own contract names file, field, row."""
+    """Out-of-range PWM never reaches the validator: Flight's own contract names file, field, row."""
     path = write_flight(tmp_path / "pwm_as_rpm.csv")
     lines = path.read_text().splitlines()
     header = next(i for i, line in enumerate(lines) if not line.startswith("#"))

@@ -1,4 +1,4 @@
-"""rosbag2 conversion of flights: :class:`Sequence` <-> bag with the VeloBins topics.
+"""rosbag2 conversion of flights: :class:`Flight` <-> bag with the VeloBins topics.
 
 Written with `rosbags` (pure Python, byte-identical CDR to rclpy), so conversion needs no ROS
 install. A bag holds (docs/design.md, "ROS interface"):
@@ -12,7 +12,7 @@ install. A bag holds (docs/design.md, "ROS interface"):
 Header stamps are the data's timestamps. ROS treats time zero as "unset", so a flight whose first
 stamp is below :data:`MIN_STAMP` (simulated flights start at 0 s) is shifted by
 :data:`STAMP_OFFSET`; the shift is stored in the bag's custom metadata and removed on reading, so
-the round trip is exact. Sequence metadata travels in the custom metadata too.
+the round trip is exact. Flight metadata travels in the custom metadata too.
 
 A bag is written whole or not at all: :func:`write_bag` checks every stamp fits a ROS time
 (int32 seconds) before it starts, writes into a temporary directory beside the target and renames
@@ -40,7 +40,7 @@ from velobins_common.constants import RPM_TO_RAD_PER_S
 from velobins_common.interp import interp_columns
 from velobins_net.outputs import atomic_path
 
-from .sequence import Sequence
+from .sequence import Flight
 
 TOPIC_IMU = "/imu"
 TOPIC_ROTOR = "/rotor_speeds"
@@ -105,12 +105,12 @@ def typestore() -> Typestore:
 
 
 def rotor_kind_code(rotor_kind: str) -> int:
-    """RotorSpeeds.kind for a Sequence rotor kind."""
+    """RotorSpeeds.kind for a Flight rotor kind."""
     return {"rpm": KIND_RAD_PER_SEC, "pwm": KIND_NORMALIZED}[rotor_kind]
 
 
 def rotor_kind_name(code: int) -> str:
-    """Sequence rotor kind for a RotorSpeeds.kind (RPM streams are converted to rad/s by readers)."""
+    """Flight rotor kind for a RotorSpeeds.kind (RPM streams are converted to rad/s by readers)."""
     return {KIND_RAD_PER_SEC: "rpm", KIND_RPM: "rpm", KIND_NORMALIZED: "pwm"}[code]
 
 
@@ -129,7 +129,7 @@ class BagInfo:
     stamp_offset: float
 
 
-def check_stamps(seq: Sequence, offset: float = 0.0) -> None:
+def check_stamps(seq: Flight, offset: float = 0.0) -> None:
     """Raise :class:`BagError` unless every stamp of ``seq`` (plus ``offset``) fits a ROS time.
 
     The message names the flight's source, the field ``t`` and the first bad row, like a
@@ -163,7 +163,7 @@ def check_output(path: str | Path, overwrite: bool = False) -> None:
         raise FileExistsError(f"{path}: is a folder but not a rosbag2 (no metadata.yaml); not replacing it")
 
 
-def write_bag(seq: Sequence, path: str | Path, storage: str = "mcap", *, overwrite: bool = False) -> BagInfo:
+def write_bag(seq: Flight, path: str | Path, storage: str = "mcap", *, overwrite: bool = False) -> BagInfo:
     """Write ``seq`` to a rosbag2 directory ``path``, atomically (module docstring).
 
     Args:
@@ -195,7 +195,7 @@ def write_bag(seq: Sequence, path: str | Path, storage: str = "mcap", *, overwri
     return BagInfo(path=path, messages=count, stamp_offset=offset)
 
 
-def _write_messages(seq: Sequence, path: Path, storage: str, offset: float) -> int:
+def _write_messages(seq: Flight, path: Path, storage: str, offset: float) -> int:
     """Write the flight's messages to a new bag at ``path``; return the message count."""
     plugin = {"mcap": StoragePlugin.MCAP, "sqlite3": StoragePlugin.SQLITE3}[storage]
     store = typestore()
@@ -262,8 +262,8 @@ def _stamp_s(header) -> float:
     return header.stamp.sec + header.stamp.nanosec * 1e-9
 
 
-def read_bag(path: str | Path) -> Sequence:
-    """Read a bag written by :func:`write_bag` (or any bag with the three topics) into a Sequence.
+def read_bag(path: str | Path) -> Flight:
+    """Read a bag written by :func:`write_bag` (or any bag with the three topics) into a Flight.
 
     IMU stamps define ``t``; rotor and ground truth are linearly interpolated onto them when their
     stamps differ (they coincide for bags made by :func:`write_bag`). ``path`` is the bag folder
@@ -325,7 +325,7 @@ def read_bag(path: str | Path) -> Sequence:
     metadata = dict(meta.get("metadata", {}))
     metadata.setdefault("source", str(path))
     metadata["bag"] = str(path)
-    return Sequence(
+    return Flight(
         name=str(meta.get("name", path.name)),
         t=t - offset,
         acc=imu[:, 1:4],

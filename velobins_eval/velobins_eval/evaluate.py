@@ -30,7 +30,7 @@ from . import metrics
 from .report import method_label, write_report
 from .scoring import FlightRecord, GroundTruth
 from .scoring import score as score  # re-exported: callers of velobins_eval.evaluate.score
-from .sequence import Sequence
+from .sequence import Flight
 
 
 def load_ekf_config(params_files: list[Path] | None = None):
@@ -46,7 +46,7 @@ def load_ekf_config(params_files: list[Path] | None = None):
     return load_filter_config(params_files)
 
 
-def ground_truth_state(seq: Sequence, index: int = 0):
+def ground_truth_state(seq: Flight, index: int = 0):
     """EKF NavState of the ground truth at row ``index`` (the evaluation starts the filter there)."""
     from velobins_ekf.ekf import NavState
 
@@ -54,7 +54,7 @@ def ground_truth_state(seq: Sequence, index: int = 0):
 
 
 def predict_flight(
-    model, seq: Sequence, update_rate_hz: float | None = None, uncertainty: str | None = None
+    model, seq: Flight, update_rate_hz: float | None = None, uncertainty: str | None = None
 ) -> tuple[np.ndarray, ...]:
     """Network estimates over a flight as the node computes them: (t (U,), v (U, 3), var (U, 3)).
 
@@ -78,7 +78,7 @@ def predict_flight(
     return np.asarray(ts), np.asarray(vs), np.asarray(vars_)
 
 
-def fuse_flight(seq: Sequence, t: np.ndarray, v: np.ndarray, var: np.ndarray, method: str, ekf_config=None):
+def fuse_flight(seq: Flight, t: np.ndarray, v: np.ndarray, var: np.ndarray, method: str, ekf_config=None):
     """EKF-fused record of a flight given network estimates (filter started from ground truth)."""
     from velobins_ekf.offline import run_offline
 
@@ -102,7 +102,7 @@ def fuse_flight(seq: Sequence, t: np.ndarray, v: np.ndarray, var: np.ndarray, me
     )
 
 
-def imu_only_flight(seq: Sequence, t_eval: np.ndarray, ekf_config=None) -> FlightRecord:
+def imu_only_flight(seq: Flight, t_eval: np.ndarray, ekf_config=None) -> FlightRecord:
     """IMU integration from the ground-truth start (the EKF with no updates), sampled at ``t_eval``."""
     from velobins_ekf.offline import run_offline
 
@@ -137,7 +137,7 @@ EVALUATE_LAYOUT = RunLayout("evaluate", ("metrics.json", "metrics.md", "config.j
 """What ``velobins evaluate`` owns in ``--out`` (the report of :mod:`velobins_eval.report`)."""
 
 
-def check_fits(model, path: Path, seqs: list[Sequence]) -> None:
+def check_fits(model, path: Path, seqs: list[Flight]) -> None:
     """Raise ``ValueError`` unless every flight has the rotor count and kind ``model`` was trained on.
 
     The input normalisation and the encoder's input width depend on both; a PWM model fed rad/s
@@ -153,7 +153,7 @@ def check_fits(model, path: Path, seqs: list[Sequence]) -> None:
             )
 
 
-def evaluate_checkpoint(path: Path, seqs: list[Sequence], ekf_config=None, progress: bool = True):
+def evaluate_checkpoint(path: Path, seqs: list[Flight], ekf_config=None, progress: bool = True):
     """(method label, {flight: record}) of one checkpoint on ``seqs`` (checked to fit them first)."""
     from velobins_net.inference import load_checkpoint
     from velobins_net.progress import progress_bar

@@ -205,7 +205,7 @@ class GroundTruthAt:
 def interpolate_ground_truth(
     t_gt: np.ndarray, p: np.ndarray, q: np.ndarray, v: np.ndarray, t_query: np.ndarray
 ) -> GroundTruthAt:
-    """Ground truth (``Sequence`` fields t, p, q, v) at arbitrary stamps inside its time range."""
+    """Ground truth (``Flight`` fields t, p, q, v) at arbitrary stamps inside its time range."""
     t_gt = np.asarray(t_gt, dtype=np.float64).reshape(-1)
     tq = np.asarray(t_query, dtype=np.float64).reshape(-1)
     p, v, q = _as("p", p, (3,)), _as("v", v, (3,)), _as("q", q, (4,))

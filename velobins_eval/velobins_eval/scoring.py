@@ -21,7 +21,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from . import metrics
-from .sequence import Sequence
+from .sequence import Flight
 
 KEYS = tuple(f.name for f in fields(metrics.FlightMetrics))
 """Metric names of every report, in column order (``net_ave, net_nll, ave, rte, ate, nees_median, nees_in_bounds``)."""
@@ -56,7 +56,7 @@ class FlightRecord:
 
 @dataclass
 class GroundTruth:
-    """Ground-truth stream (``Sequence`` fields) of a flight; from a Sequence or recorded from a topic."""
+    """Ground-truth stream (``Flight`` fields) of a flight; from a Flight or recorded from a topic."""
 
     t: np.ndarray
     p: np.ndarray
@@ -64,7 +64,7 @@ class GroundTruth:
     v: np.ndarray
 
     @classmethod
-    def of(cls, seq: Sequence) -> GroundTruth:
+    def of(cls, seq: Flight) -> GroundTruth:
         """The ground truth of a loaded flight."""
         return cls(seq.t, seq.p, seq.q, seq.v)
 

@@ -1,7 +1,7 @@
 """The one in-memory representation of a flight (docs/design.md, "Data flow").
 
 Every adapter (NanoBench, AI-IO, TII-RATM, NeuroBEM, plain CSV, simulator, rosbag2) produces a
-:class:`Sequence`; training, conversion, replay and evaluation consume it. Conventions at this
+:class:`Flight`; training, conversion, replay and evaluation consume it. Conventions at this
 boundary are fixed, so nothing downstream has to know where a flight came from:
 
 * time ``t`` in seconds, strictly increasing;
@@ -26,7 +26,7 @@ import numpy as np
 
 from velobins_common.constants import ROTOR_KINDS, STANDARD_GRAVITY
 
-# ROTOR_KINDS (allowed values of Sequence.rotor_kind) and STANDARD_GRAVITY (the gravity of a
+# ROTOR_KINDS (allowed values of Flight.rotor_kind) and STANDARD_GRAVITY (the gravity of a
 # flight whose dataset states none) come from velobins_common.constants, the one definition.
 
 _QUAT_NORM_TOL = 1e-3
@@ -35,7 +35,7 @@ _MAX_RATE_HZ = 5000.0
 
 
 class SequenceError(ValueError):
-    """A flight violates the :class:`Sequence` contract.
+    """A flight violates the :class:`Flight` contract.
 
     The message always names the source, the field and (where there is one) the first bad row,
     so a user can open the file and look.
@@ -50,7 +50,7 @@ class SequenceError(ValueError):
 
 
 @dataclass
-class Sequence:
+class Flight:
     """One flight in SI units and REP-103 frames (see module docstring).
 
     Attributes:
@@ -118,9 +118,9 @@ class Sequence:
 
         return Rotation.from_quat(self.q).inv().apply(self.v)
 
-    def slice(self, start: int, stop: int) -> Sequence:
+    def slice(self, start: int, stop: int) -> Flight:
         """Rows ``start:stop`` as a new, validated sequence."""
-        return Sequence(
+        return Flight(
             name=self.name,
             t=self.t[start:stop],
             acc=self.acc[start:stop],

@@ -1,4 +1,4 @@
-"""Fast on-disk form of a :class:`~velobins_eval.sequence.Sequence`, and a directory cache.
+"""Fast on-disk form of a :class:`~velobins_eval.sequence.Flight`, and a directory cache.
 
 Format: one uncompressed ``.npz`` per flight (``numpy.savez``): the float64 arrays ``t, acc,
 gyro, rotor, p, q, v`` plus 0-d string arrays ``name``, ``rotor_kind``, ``metadata`` (JSON) and
@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from velobins_eval.sequence import Sequence, SequenceError
+from velobins_eval.sequence import Flight, SequenceError
 from velobins_net.outputs import atomic_path
 
 FORMAT_VERSION = 1
@@ -49,7 +49,7 @@ class SourceStamp:
     size: int
 
 
-def save_sequence(seq: Sequence, path: str | Path, extra: dict[str, Any] | None = None) -> None:
+def save_sequence(seq: Flight, path: str | Path, extra: dict[str, Any] | None = None) -> None:
     """Write ``seq`` as an uncompressed npz at ``path`` (atomically: unique temp file + rename)."""
     path = Path(path)
     payload: dict[str, Any] = {name: getattr(seq, name) for name in ARRAY_FIELDS}
@@ -63,7 +63,7 @@ def save_sequence(seq: Sequence, path: str | Path, extra: dict[str, Any] | None 
         np.savez(fh, **payload)
 
 
-def load_sequence_file(path: str | Path) -> Sequence:
+def load_sequence_file(path: str | Path) -> Flight:
     """Read a file written by :func:`save_sequence` (validated on construction).
 
     Raises:
@@ -85,7 +85,7 @@ def load_sequence_file(path: str | Path) -> Sequence:
     except _UNREADABLE_NPZ as exc:
         reason = " ".join(f"{type(exc).__name__}: {exc}".split())
         raise SequenceError(str(path), "<file>", f"not a readable sequence npz ({reason})") from None
-    return Sequence(name=name, rotor_kind=kind, metadata=meta, **arrays)
+    return Flight(name=name, rotor_kind=kind, metadata=meta, **arrays)
 
 
 def source_stamp(path: str | Path) -> SourceStamp:
@@ -118,8 +118,8 @@ def _cache_is_fresh(cache_file: Path, kind: str, stamp: SourceStamp) -> bool:
 
 
 def load_cached(
-    kind: str, path: str | Path, cache_dir: str | Path, parse: Callable[..., Sequence], **options: Any
-) -> Sequence:
+    kind: str, path: str | Path, cache_dir: str | Path, parse: Callable[..., Flight], **options: Any
+) -> Flight:
     """Load a dataset flight through the cache in ``cache_dir`` (created when absent).
 
     The source is parsed with ``parse(kind, path, **options)`` (e.g.

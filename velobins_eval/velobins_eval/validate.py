@@ -1,6 +1,6 @@
 """Physical plausibility of a flight: one validator for every adapter (issue 13).
 
-:meth:`Sequence.validate <velobins_eval.sequence.Sequence.validate>` enforces the *contract*
+:meth:`Flight.validate <velobins_eval.sequence.Flight.validate>` enforces the *contract*
 (shapes, finite values, increasing stamps, unit quaternions, rotor sign/range). A flight can meet
 it and still be garbage: an accelerometer in g, swapped columns, a 1e30 spike, a wrong frame.
 This module checks the *physics*, with thresholds measured on every real NanoBench flight and on
@@ -23,7 +23,7 @@ import numpy as np
 from scipy.spatial.transform import Rotation
 
 from velobins_eval.datasets.errors import DatasetError, UnusableFlightError
-from velobins_eval.sequence import Sequence
+from velobins_eval.sequence import Flight
 
 CHECKS: dict[str, str] = {
     "stamps": "absolute stamps below 1e10 s (not ns, no corrupt stamp) and no logging gap above max_gap_s",
@@ -92,7 +92,7 @@ class Finding:
 
     Attributes:
         check: name in :data:`CHECKS` (what ``--allow`` takes).
-        field: the Sequence field at fault (``acc``, ``v``, ``rotor``, ``t``, ...); the message
+        field: the Flight field at fault (``acc``, ``v``, ``rotor``, ``t``, ...); the message
             names the axis or column (``acc_x``, ``rotor_2``).
         row: first bad row (0-based, of the loaded flight) where it applies, else ``None``.
         message: the measured value and the likely cause.
@@ -189,7 +189,7 @@ def _axis_limit(check: str, name: str, arr: np.ndarray, limit: float, unit: str,
     return Finding(check, name, row, msg)
 
 
-def gravity_residual(seq: Sequence, window_s: float, acc_clip: float = np.inf) -> float:
+def gravity_residual(seq: Flight, window_s: float, acc_clip: float = np.inf) -> float:
     """Median over windows of ``‖mean(R·f) − g·e_z − Δv/Δt‖`` [m/s²] (NaN when too short).
 
     ``R·f`` is averaged by trapezoid integration over ``[t_{k-h}, t_{k+h}]`` (``2h`` steps ≈
@@ -213,7 +213,7 @@ def gravity_residual(seq: Sequence, window_s: float, acc_clip: float = np.inf) -
 
 
 # ------------------------------------------------------------------------------------- checks
-def _check_stamps(seq: Sequence, lim: PlausibilityLimits, dt: np.ndarray) -> list[Finding]:
+def _check_stamps(seq: Flight, lim: PlausibilityLimits, dt: np.ndarray) -> list[Finding]:
     out = []
     bad = np.abs(seq.t) > lim.max_abs_stamp_s
     if bad.any():
@@ -230,7 +230,7 @@ def _check_stamps(seq: Sequence, lim: PlausibilityLimits, dt: np.ndarray) -> lis
     return out
 
 
-def _check_specific_force(seq: Sequence, lim: PlausibilityLimits, median_f: float) -> list[Finding]:
+def _check_specific_force(seq: Flight, lim: PlausibilityLimits, median_f: float) -> list[Finding]:
     g = seq.gravity
     lo, hi = (x * g for x in lim.specific_force_median_g)
     if lo <= median_f <= hi:
@@ -251,7 +251,7 @@ def _check_specific_force(seq: Sequence, lim: PlausibilityLimits, median_f: floa
     return [Finding("specific_force", "acc", None, msg)]
 
 
-def _check_gyro(seq: Sequence, lim: PlausibilityLimits, median_w: float) -> list[Finding]:
+def _check_gyro(seq: Flight, lim: PlausibilityLimits, median_w: float) -> list[Finding]:
     if median_w <= lim.max_gyro_median:
         return []
     near_g = abs(median_w - seq.gravity) < 0.15 * seq.gravity
@@ -260,7 +260,7 @@ def _check_gyro(seq: Sequence, lim: PlausibilityLimits, median_w: float) -> list
     return [Finding("gyro", "gyro", None, msg)]
 
 
-def _check_limits(seq: Sequence, lim: PlausibilityLimits) -> list[Finding]:
+def _check_limits(seq: Flight, lim: PlausibilityLimits) -> list[Finding]:
     amax = lim.max_abs_acc_g * seq.gravity
     acc_cause = f"beyond any flight IMU ({lim.max_abs_acc_g:g} g): a spike or wrong unit"
     found = [
@@ -272,7 +272,7 @@ def _check_limits(seq: Sequence, lim: PlausibilityLimits) -> list[Finding]:
     return [f for f in found if f is not None]
 
 
-def _check_position_jump(seq: Sequence, lim: PlausibilityLimits, dt: np.ndarray) -> list[Finding]:
+def _check_position_jump(seq: Flight, lim: PlausibilityLimits, dt: np.ndarray) -> list[Finding]:
     speed = np.abs(seq.v)
     allowed = lim.position_jump_m + 2.0 * np.maximum(speed[1:], speed[:-1]) * dt[:, None]
     with np.errstate(over="ignore", invalid="ignore"):
@@ -289,7 +289,7 @@ def _check_position_jump(seq: Sequence, lim: PlausibilityLimits, dt: np.ndarray)
     return [Finding("position_jump", "p", k + 1, msg)]
 
 
-def _check_rotor(seq: Sequence, lim: PlausibilityLimits) -> list[Finding]:
+def _check_rotor(seq: Flight, lim: PlausibilityLimits) -> list[Finding]:
     r = seq.rotor
     if not r.any():
         return [Finding("rotor_range", "rotor", None, "rotor signal is 0 in every row: motors not logged")]
@@ -298,7 +298,7 @@ def _check_rotor(seq: Sequence, lim: PlausibilityLimits) -> list[Finding]:
         k = int(dead[0])
         return [Finding("rotor_range", "rotor", None, f"rotor_{k + 1} is 0 in every row: a motor not logged")]
     if seq.rotor_kind != "rpm":
-        return []  # pwm: Sequence.validate already enforces [0, 1]
+        return []  # pwm: Flight.validate already enforces [0, 1]
     hit = _first_outside(r, lim.max_rotor_speed)
     if hit is not None:
         row, k = hit
@@ -314,7 +314,7 @@ def _check_rotor(seq: Sequence, lim: PlausibilityLimits) -> list[Finding]:
     return []
 
 
-def inspect_flight(seq: Sequence, limits: PlausibilityLimits = DEFAULT_LIMITS) -> FlightInspection:
+def inspect_flight(seq: Flight, limits: PlausibilityLimits = DEFAULT_LIMITS) -> FlightInspection:
     """Every statistic and every finding of ``seq`` (nothing raised; :func:`check_flight` decides)."""
     lim = limits
     dt = np.diff(seq.t)
@@ -361,7 +361,7 @@ def inspect_flight(seq: Sequence, limits: PlausibilityLimits = DEFAULT_LIMITS) -
 
 
 def check_flight(
-    seq: Sequence, allow: Iterable[str] = (), limits: PlausibilityLimits = DEFAULT_LIMITS
+    seq: Flight, allow: Iterable[str] = (), limits: PlausibilityLimits = DEFAULT_LIMITS
 ) -> FlightInspection:
     """Inspect ``seq`` and raise on the first finding not in ``allow``; return the inspection.
 

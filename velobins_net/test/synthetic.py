@@ -21,7 +21,7 @@ GRAVITY = 9.80665
 
 @dataclass
 class FakeSequence:
-    """Minimal object with the Sequence attributes used by velobins_net (duck typing)."""
+    """Minimal object with the Flight attributes used by velobins_net (duck typing)."""
 
     name: str
     t: np.ndarray

@@ -1,7 +1,7 @@
 """Training windows from flights: resampling, window indexing, normalisation statistics.
 
 Training accepts any objects with the :class:`SequenceLike` attributes (velobins_eval's
-``Sequence`` fits; the net package does not import eval). Each flight is resampled to the
+``Flight`` fits; the net package does not import eval). Each flight is resampled to the
 network rate by linear interpolation when its own rate differs, and all flights are stored
 back to back in one contiguous float32 array; a window is only an end index into it, so a
 batch is a single vectorised gather (no per-item Python work). The target of a window is the
@@ -28,7 +28,7 @@ _MIN_STD = 1e-6
 
 
 class SequenceLike(Protocol):
-    """What training needs from a flight (velobins_eval.sequence.Sequence satisfies it)."""
+    """What training needs from a flight (velobins_eval.sequence.Flight satisfies it)."""
 
     name: str
     t: np.ndarray

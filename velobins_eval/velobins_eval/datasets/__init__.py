@@ -1,7 +1,7 @@
-"""Dataset adapters: every supported source -> :class:`~velobins_eval.sequence.Sequence`.
+"""Dataset adapters: every supported source -> :class:`~velobins_eval.sequence.Flight`.
 
 One module per source (:mod:`.nanobench`, :mod:`.aiio`, :mod:`.tiiratm`, :mod:`.neurobem`,
-:mod:`.csv_format`) and this registry. Every adapter converts to the Sequence conventions (SI,
+:mod:`.csv_format`) and this registry. Every adapter converts to the Flight conventions (SI,
 world ENU z-up, body FLU, q body->world xyzw) and sets ``metadata`` keys ``dataset``,
 ``platform``, ``source`` and ``gravity``. Malformed files raise :class:`DatasetError` (a
 :class:`~velobins_eval.sequence.SequenceError`) naming the file and column. See
@@ -31,12 +31,12 @@ from velobins_eval.datasets.nanobench import load_nanobench, trajectory_shape
 from velobins_eval.datasets.neurobem import load_neurobem
 from velobins_eval.datasets.tiiratm import FILE_SUFFIX as TIIRATM_SUFFIX
 from velobins_eval.datasets.tiiratm import load_tiiratm
-from velobins_eval.sequence import Sequence
+from velobins_eval.sequence import Flight
 
 PROGRESS_MIN_FILES = 5
 """:func:`load_flights` shows a progress bar (on a terminal only) above this many files."""
 
-_LOADERS: dict[str, Callable[..., Sequence]] = {
+_LOADERS: dict[str, Callable[..., Flight]] = {
     "nanobench": load_nanobench,
     "aiio": load_aiio,
     "tiiratm": load_tiiratm,
@@ -92,13 +92,13 @@ class SkippedFlight:
 class LoadResult:
     """What :func:`load_flights` loaded: the usable flights (sorted by path) and the skipped files."""
 
-    sequences: list[Sequence] = field(default_factory=list)
+    sequences: list[Flight] = field(default_factory=list)
     skipped: list[SkippedFlight] = field(default_factory=list)
 
 
 def load_sequence(
     kind: str, path: str | Path, *, allow: Iterable[str] = (), validate: bool = True, **kwargs: Any
-) -> Sequence:
+) -> Flight:
     """Load one flight of source ``kind`` (one of :data:`KINDS`) and check its physics.
 
     Args:
@@ -261,7 +261,7 @@ def load_flights(
     return result
 
 
-def load_directory(kind: str, directory: str | Path, **kwargs: Any) -> list[Sequence]:
+def load_directory(kind: str, directory: str | Path, **kwargs: Any) -> list[Flight]:
     """The usable flights of ``kind`` under ``directory``, sorted by path (see :func:`load_flights`).
 
     Kept for callers that want just the list; ``kwargs`` (``allow``, ``progress``, adapter

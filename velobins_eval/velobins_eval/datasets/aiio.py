@@ -39,7 +39,7 @@ from velobins_common.interp import interp_columns
 from velobins_eval.datasets.errors import DatasetError, describe
 from velobins_eval.datasets.frames import velocity_frame
 from velobins_eval.datasets.tabular import check_finite, monotonic_rows, require_file
-from velobins_eval.sequence import STANDARD_GRAVITY, Sequence
+from velobins_eval.sequence import STANDARD_GRAVITY, Flight
 
 """Revolutions per minute -> rad/s."""
 
@@ -125,7 +125,7 @@ def _read_hdf5(source: str, keys: tuple[str, ...]) -> dict[str, np.ndarray]:
 
 def load_aiio_hdf5(
     path: str | Path, *, imu: Literal["calib", "raw"] = "calib", velocity: VelocityFrame = "auto"
-) -> Sequence:
+) -> Flight:
     """Load an AI-IO processed ``data.hdf5`` (module docstring).
 
     Raises:
@@ -151,7 +151,7 @@ def load_aiio_hdf5(
     traj = arrays["traj_target"][keep]
     p, q = traj[:, 0:3], _normalised(source, "traj_target[3:7]", traj[:, 3:7])
     v, frame = _world_velocity(source, t, p, q, traj[:, 7:10], velocity, default="world")
-    return Sequence(
+    return Flight(
         name=Path(path).parent.name if Path(path).stem == "data" else Path(path).stem,
         t=t,
         acc=arrays[f"accel_{imu}"][keep],
@@ -264,7 +264,7 @@ def _sorted_unique(source: str, topic: str, rows: list[np.ndarray], min_rows: in
     return arr[monotonic_rows(source, arr[:, 0], topic)]
 
 
-def load_aiio_mcap(path: str | Path, *, velocity: VelocityFrame = "auto") -> Sequence:
+def load_aiio_mcap(path: str | Path, *, velocity: VelocityFrame = "auto") -> Flight:
     """Load an AI-IO ROS 2 mcap bag (directory or its ``.mcap`` file), aligned to IMU stamps."""
     source = str(path)
     bag_dir = Path(path).parent if Path(path).is_file() else Path(path)
@@ -286,7 +286,7 @@ def load_aiio_mcap(path: str | Path, *, velocity: VelocityFrame = "auto") -> Seq
     v_raw = interp_columns(t, odom[:, 0], odom[:, 8:11])
     v, frame = _world_velocity(source, t, p, q, v_raw, velocity, default="body")
     rotor = np.abs(interp_columns(t, esc[:, 0], esc[:, 1:])) * RPM_TO_RAD_PER_S
-    return Sequence(
+    return Flight(
         name=bag_dir.name,
         t=t,
         acc=imu[:, 1:4],
@@ -307,7 +307,7 @@ def load_aiio_mcap(path: str | Path, *, velocity: VelocityFrame = "auto") -> Seq
     )
 
 
-def load_aiio(path: str | Path, **kwargs: Any) -> Sequence:
+def load_aiio(path: str | Path, **kwargs: Any) -> Flight:
     """Dispatch on the path: ``*.hdf5``/``*.h5`` -> HDF5, else a ROS 2 mcap bag."""
     if Path(path).suffix in (".hdf5", ".h5"):
         return load_aiio_hdf5(path, **kwargs)

@@ -2,7 +2,7 @@
 
 One row per IMU sample, comma separated, one header line, optional leading ``# key: value``
 comment lines (kept as metadata; ``gravity`` [m/s^2] and ``platform`` are understood).
-Quantities, units and frames are those of :class:`~velobins_eval.sequence.Sequence`:
+Quantities, units and frames are those of :class:`~velobins_eval.sequence.Flight`:
 
 ==================================  =======  ============================================
 columns                             unit     meaning
@@ -37,7 +37,7 @@ import numpy as np
 
 from velobins_eval.datasets.errors import DatasetError
 from velobins_eval.datasets.tabular import read_table
-from velobins_eval.sequence import ROTOR_KINDS, Sequence
+from velobins_eval.sequence import ROTOR_KINDS, Flight
 
 FORMAT_VERSION = "1"
 """Value of the ``# velobins-csv:`` comment written by :func:`write_csv`."""
@@ -50,7 +50,7 @@ FIXED_COLUMNS: dict[str, tuple[str, ...]] = {
     "q": ("q_x", "q_y", "q_z", "q_w"),
     "v": ("v_x", "v_y", "v_z"),
 }
-"""Sequence field -> its CSV columns (rotor columns are added per K and kind)."""
+"""Flight field -> its CSV columns (rotor columns are added per K and kind)."""
 
 _ROTOR_RE = re.compile(r"^(rpm|pwm)_(\d+)$")
 _WRITTEN_METADATA = ("platform", "gravity", "dataset")
@@ -64,7 +64,7 @@ def expected_header(rotor_kind: str = "rpm", num_rotors: int = 4) -> str:
     return ",".join(cols)
 
 
-def write_csv(seq: Sequence, path: str | Path) -> None:
+def write_csv(seq: Flight, path: str | Path) -> None:
     """Write ``seq`` in the plain-CSV format (full float64 precision, round-trips exactly)."""
     path = Path(path)
     header = expected_header(seq.rotor_kind, seq.num_rotors)
@@ -99,7 +99,7 @@ def _rotor_columns(source: str, columns: list[str]) -> tuple[str, list[str]]:
     return kind, [f"{kind}_{n}" for n in numbers]
 
 
-def read_csv(path: str | Path) -> Sequence:
+def read_csv(path: str | Path) -> Flight:
     """Read a plain-CSV flight written by :func:`write_csv` or by hand (module docstring).
 
     Raises:
@@ -145,7 +145,7 @@ def read_csv(path: str | Path) -> Sequence:
     for suffix in (".csv.gz", ".csv"):
         if name.endswith(suffix):
             name = name[: -len(suffix)]
-    return Sequence(
+    return Flight(
         name=name,
         t=t,
         acc=table.get(FIXED_COLUMNS["acc"]),

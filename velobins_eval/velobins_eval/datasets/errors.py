@@ -14,7 +14,7 @@ from velobins_eval.sequence import SequenceError
 
 
 class DatasetError(SequenceError):
-    """A dataset file cannot be turned into a :class:`~velobins_eval.sequence.Sequence`.
+    """A dataset file cannot be turned into a :class:`~velobins_eval.sequence.Flight`.
 
     Args:
         source: the file (path) that is wrong.

@@ -42,7 +42,7 @@ import yaml
 
 from velobins_eval.datasets.errors import DatasetError, UnusableFlightError, describe
 from velobins_eval.datasets.tabular import monotonic_rows, read_table, require_columns
-from velobins_eval.sequence import STANDARD_GRAVITY, Sequence
+from velobins_eval.sequence import STANDARD_GRAVITY, Flight
 
 PWM_MAX = 65535.0
 """Full-scale Crazyflie motor PWM command."""
@@ -174,8 +174,8 @@ def extrapolated_tail_start(t: np.ndarray, x: np.ndarray, min_rows: int = EXTRAP
     return n - run - 1
 
 
-def load_nanobench(path: str | Path, *, gravity: float | None = None, min_flight_s: float = 1.0) -> Sequence:
-    """Load one NanoBench flight (``*.csv`` or ``*.csv.gz``) as a :class:`Sequence`.
+def load_nanobench(path: str | Path, *, gravity: float | None = None, min_flight_s: float = 1.0) -> Flight:
+    """Load one NanoBench flight (``*.csv`` or ``*.csv.gz``) as a :class:`Flight`.
 
     Args:
         path: the CSV file; its ``*_metadata.yaml`` is read when present.
@@ -240,7 +240,7 @@ def load_nanobench(path: str | Path, *, gravity: float | None = None, min_flight
     for key in ("crazyflie_id", "firmware_version", "repetition", "trajectory_id", "params"):
         if key in meta:
             metadata[key] = meta[key]
-    return Sequence(
+    return Flight(
         name=name,
         t=t[sl],
         acc=acc_g[sl] * g,

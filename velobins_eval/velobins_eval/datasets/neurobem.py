@@ -29,7 +29,7 @@ from scipy.spatial.transform import Rotation
 
 from velobins_eval.datasets.errors import DatasetError
 from velobins_eval.datasets.tabular import monotonic_rows, read_table, require_columns
-from velobins_eval.sequence import STANDARD_GRAVITY, Sequence
+from velobins_eval.sequence import STANDARD_GRAVITY, Flight
 
 PLATFORM = "neurobem-quad"
 TIME_COLUMN = "t"
@@ -42,8 +42,8 @@ MOTOR_COLUMNS = ("mot 1", "mot 2", "mot 3", "mot 4")
 REQUIRED_COLUMNS = (TIME_COLUMN, *GYRO_COLUMNS, *QUAT_COLUMNS, *ACC_COLUMNS, *VEL_BODY_COLUMNS, *POS_COLUMNS)
 
 
-def load_neurobem(path: str | Path) -> Sequence:
-    """Load one NeuroBEM processed CSV as a :class:`Sequence` (module docstring).
+def load_neurobem(path: str | Path) -> Flight:
+    """Load one NeuroBEM processed CSV as a :class:`Flight` (module docstring).
 
     Raises:
         DatasetError: missing column (all listed), not exactly 4 ``mot i`` columns, NaN in a
@@ -63,7 +63,7 @@ def load_neurobem(path: str | Path) -> Sequence:
         raise DatasetError(source, MOTOR_COLUMNS[col], "negative rotor speed [rad/s]", int(keep[row]))
     q = table.get(QUAT_COLUMNS)[keep]
     v_body = table.get(VEL_BODY_COLUMNS)[keep]
-    return Sequence(
+    return Flight(
         name=Path(path).stem,
         t=t_all[keep],
         acc=table.get(ACC_COLUMNS)[keep],

@@ -35,7 +35,7 @@ from scipy.spatial.transform import Rotation
 from velobins_eval.datasets.errors import DatasetError
 from velobins_eval.datasets.frames import FRD_TO_FLU, gravity_axis_sign, rotation_from_column_major
 from velobins_eval.datasets.tabular import monotonic_rows, read_table, require_columns
-from velobins_eval.sequence import STANDARD_GRAVITY, Sequence
+from velobins_eval.sequence import STANDARD_GRAVITY, Flight
 
 PLATFORM = "tii-racing-quad"
 FILE_SUFFIX = "_500hz_freq_sync.csv"
@@ -56,8 +56,8 @@ def flight_name(path: str | Path) -> str:
     return name[: -len(FILE_SUFFIX)] if name.endswith(FILE_SUFFIX) else Path(path).stem
 
 
-def load_tiiratm(path: str | Path, *, body_frame: Literal["auto", "flu", "frd"] = "auto") -> Sequence:
-    """Load one TII-RATM 500 Hz synchronised CSV as a :class:`Sequence` (module docstring).
+def load_tiiratm(path: str | Path, *, body_frame: Literal["auto", "flu", "frd"] = "auto") -> Flight:
+    """Load one TII-RATM 500 Hz synchronised CSV as a :class:`Flight` (module docstring).
 
     Raises:
         DatasetError: missing column (all listed), NaN in a used column, unsorted stamps,
@@ -84,7 +84,7 @@ def load_tiiratm(path: str | Path, *, body_frame: Literal["auto", "flu", "frd"] 
         raise DatasetError(source, THRUST_COLUMNS[col], f"thrust {thrust[row, col]} outside [0, 1]", int(keep[row]))
     rot = rotation_from_column_major(table.get(ROT_COLUMNS)[keep])
     q = Rotation.from_matrix(rot.as_matrix()).as_quat()
-    return Sequence(
+    return Flight(
         name=flight_name(path),
         t=t_all[keep],
         acc=acc,

@@ -2,7 +2,7 @@
 
 Public entry points:
 
-* :func:`simulate_flight` — one flight as a :class:`~velobins_eval.sequence.Sequence`;
+* :func:`simulate_flight` — one flight as a :class:`~velobins_eval.sequence.Flight`;
 * :func:`simulate_many` — many flights in parallel, one plain CSV each;
 * :data:`PRESETS` / :func:`get_preset` — the ``nano``, ``racer`` and ``rpm`` platforms;
 * :data:`FAMILIES` — the trajectory families.

@@ -58,7 +58,7 @@ class FlightSpec:
 
     @property
     def name(self) -> str:
-        """Sequence name and CSV stem, ``sim_<family>_<index:03d>``."""
+        """Flight name and CSV stem, ``sim_<family>_<index:03d>``."""
         return flight_name(self.family, self.index)
 
 

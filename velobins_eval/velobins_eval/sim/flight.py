@@ -1,4 +1,4 @@
-"""Fly one simulated flight with rotorpy and return it as a :class:`~velobins_eval.sequence.Sequence`.
+"""Fly one simulated flight with rotorpy and return it as a :class:`~velobins_eval.sequence.Flight`.
 
 The physics is rotorpy's ``Multirotor`` (``aero=True``: rotor drag, induced inflow and frame drag;
 first-order motor lag; rigid-body dynamics) and the controller is rotorpy's ``SE3Control`` flying a
@@ -10,7 +10,7 @@ Integration: by default a fixed-step classical Runge-Kutta 4 over rotorpy's own 
 ``Multirotor.step``). ``Multirotor.step`` calls ``scipy.integrate.solve_ivp`` every control period,
 whose set-up cost about doubles the wall time; ``integrator="rotorpy"`` uses it anyway, for cross-checks.
 
-Conventions (rotorpy already matches the Sequence boundary, checked in the tests): world z up
+Conventions (rotorpy already matches the Flight boundary, checked in the tests): world z up
 (gravity (0, 0, -g)), body FLU (thrust along +z, rotor 1 front-left), ``q`` body→world (x, y, z, w).
 The accelerometer reads the specific force f = Rᵀ(v̇ - g_w) = (thrust + rotor drag + frame drag)/m,
 so a hovering vehicle reads (0, 0, +g).
@@ -28,7 +28,7 @@ from rotorpy.controllers.quadrotor_control import SE3Control
 from rotorpy.vehicles.multirotor import Multirotor
 from scipy.spatial.transform import Rotation
 
-from velobins_eval.sequence import Sequence
+from velobins_eval.sequence import Flight
 from velobins_eval.sim.imu import draw_imu_errors
 from velobins_eval.sim.presets import ROTOR_ORDER, Preset, get_preset
 from velobins_eval.sim.trajectories import FAMILIES, Trajectory, make_trajectory
@@ -163,7 +163,7 @@ def fly(preset: str | Preset, trajectory: Trajectory, seconds: float, integrator
 
 
 def flight_name(family: str, index: int) -> str:
-    """Sequence name of flight ``index`` of ``family``: ``sim_<family>_<index:03d>``."""
+    """Flight name of flight ``index`` of ``family``: ``sim_<family>_<index:03d>``."""
     return f"sim_{family}_{index:03d}"
 
 
@@ -183,8 +183,8 @@ def simulate_flight(
     index: int = 0,
     noise: bool = True,
     integrator: str = "rk4",
-) -> Sequence:
-    """Simulate one flight of ``family`` on ``preset`` and return it as a validated Sequence.
+) -> Flight:
+    """Simulate one flight of ``family`` on ``preset`` and return it as a validated Flight.
 
     Everything random (trajectory, IMU errors, rotor-signal noise) comes from ``seed`` through
     independent ``numpy.random.SeedSequence`` streams, so a flight is reproducible in any process.
@@ -246,7 +246,7 @@ def simulate_flight(
         "tracking_rms": float(math.sqrt(float(np.mean(tracking**2)))),
         "max_speed": float(np.linalg.norm(log.v, axis=1).max()),
     }
-    return Sequence(
+    return Flight(
         name=name,
         t=log.t,
         acc=acc,

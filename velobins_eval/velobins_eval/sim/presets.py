@@ -111,7 +111,7 @@ class Preset:
     """One simulated platform: vehicle, sensors, rates and the envelope trajectories are drawn from.
 
     Attributes:
-        name: preset key (``nano``, ``racer``, ``rpm``); also the Sequence ``platform``.
+        name: preset key (``nano``, ``racer``, ``rpm``); also the Flight ``platform``.
         description: one line for humans.
         quad_params: rotorpy parameter dict (``Multirotor`` / ``SE3Control`` input).
         rotor_kind: ``"pwm"`` (log the command through ``pwm_map``) or ``"rpm"`` (log measured speed, rad/s).
