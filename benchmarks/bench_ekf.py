@@ -8,7 +8,8 @@ Data generation is excluded from the timings. Rows:
   runs the functions of ``velobins_ekf.propagation`` on whole blocks of IMU intervals;
 * the same, but reading state *and* covariance after every IMU sample, as the EKF node does when it
   publishes odometry at the IMU rate (``odom_rate: 0``): the same functions, one interval at a time;
-* the bare core's propagation in both modes, for reference.
+* the bare core's propagation in both modes, for reference;
+* ``velobins_ekf.offline.run_offline`` (offline evaluation: the pose recorded at every IMU sample).
 
 The "read every sample" rows read the core (``.ekf``) directly, as this benchmark always has, so
 that figures stay comparable across versions.
@@ -30,6 +31,7 @@ import numpy as np  # noqa: E402
 
 from velobins_ekf.config import EkfConfig  # noqa: E402
 from velobins_ekf.ekf import ErrorStateEkf, NavState  # noqa: E402
+from velobins_ekf.offline import run_offline  # noqa: E402
 from velobins_ekf.runner import VelocityEkf  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "velobins_ekf" / "test"))
@@ -81,6 +83,11 @@ def main() -> None:
         e.flush()
         return e
 
+    cov_meas = np.broadcast_to(cov, (tm.size, 3, 3))
+
+    def run_offline_eval() -> None:
+        run_offline(t, imu.acc, imu.gyro, tm, z, cov_meas, init_state=s0, config=cfg, keep_updates=False)
+
     def best(fn) -> tuple[float, object]:
         times, out = [], None
         for _ in range(args.repeats):
@@ -93,6 +100,7 @@ def main() -> None:
     wall_stream_each, filt_each = best(lambda: run_stream(read_every_sample=True))
     wall_core, _ = best(run_core)
     wall_core_each, _ = best(lambda: run_core(read_every_sample=True))
+    wall_offline, _ = best(run_offline_eval)
     n = t.size
     err = float(np.linalg.norm(filt.state.pos - tr.pos[-1]))
     diff = float(np.linalg.norm(filt.state.pos - filt_each.state.pos))
@@ -103,6 +111,7 @@ def main() -> None:
         ("  same, state+P read every sample", wall_stream_each),
         ("ErrorStateEkf.propagate only", wall_core),
         ("  same, state+P read every sample", wall_core_each),
+        ("run_offline (pose every sample)", wall_offline),
     )
     print(f"{'path':<36}{'wall [s]':>10}{'samples/s':>12}{'us/sample':>11}{'real-time x':>13}")
     for name, wall in rows:

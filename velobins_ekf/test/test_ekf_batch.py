@@ -77,16 +77,20 @@ def test_batched_and_per_sample_paths_agree(read_every: int | None) -> None:
 
 def test_block_functions_equal_the_one_interval_ones_row_by_row() -> None:
     """``propagate_nominal`` and ``transition_and_noise`` on a block equal ``nominal_step`` and
-    ``transition_and_noise`` on each of its intervals."""
+    ``transition_and_noise`` on each of its intervals, and the block's per-interval poses equal the
+    state after each step."""
     cfg = EkfConfig()
     dt, acc, gyro = _imu(40, seed=3)
     block_state, step_state = _state(), _state()
-    block = propagate_nominal(block_state, cfg.gravity, np.column_stack((dt, acc, gyro)))
+    block, poses = propagate_nominal(block_state, cfg.gravity, np.column_stack((dt, acc, gyro)))
     f, q = transition_and_noise(block, cfg)
     for k in range(40):
         one = nominal_step(step_state, cfg.gravity, float(dt[k]), tuple(acc[k]), tuple(gyro[k]))
         np.testing.assert_allclose(one.r_mid, block.r_mid[k], atol=1e-12)
         np.testing.assert_allclose(one.series, block.series[k], rtol=1e-14, atol=1e-18)
+        np.testing.assert_allclose(poses.rot[k], step_state.rot, atol=1e-12)
+        np.testing.assert_allclose(poses.vel[k], step_state.vel, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(poses.pos[k], step_state.pos, rtol=1e-12, atol=1e-12)
         if k in (0, 17, 39):
             single = Interval(float(block.dt[k]), block.r_mid[k], block.acc[k], block.series[k])
             f_one, q_one = transition_and_noise(single, cfg)

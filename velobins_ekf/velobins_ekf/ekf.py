@@ -73,6 +73,8 @@ class ErrorStateEkf:
         self._cov_count = 0
         self._tmp = np.empty((DIM, DIM))
         self._one = Transition()  # the one-interval covariance step reuses its buffers
+        self._sink: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # pose rows: pos, rot, vel
+        self._marks: list[tuple[int, int]] = []  # (queued intervals before the mark, sink row)
         if state is not None:
             self.reset(state, cov)
 
@@ -102,6 +104,8 @@ class ErrorStateEkf:
         c = initial_covariance(self.config, s.rot) if cov is None else np.array(cov, dtype=np.float64)
         if c.shape != (DIM, DIM) or not np.all(np.isfinite(c)):
             raise ValueError(f"ErrorStateEkf.reset: covariance must be a finite {DIM}x{DIM} array, got {c.shape}")
+        if self._marks:  # the queued intervals still owe these rows their poses
+            self._flush_nominal()
         self._queue.clear()
         self._lin.clear()
         self._lin_count = 0
@@ -124,17 +128,52 @@ class ErrorStateEkf:
         if len(q) >= _QUEUE_MAX:
             self._flush_nominal()
 
+    def record_poses(self, pos: np.ndarray, rot: np.ndarray, vel: np.ndarray) -> None:
+        """Give :meth:`mark_pose` its destination: (M, 3) world position, (M, 3, 3) body->world
+        rotation and (M, 3) world velocity arrays, written row by row."""
+        self._sink = (pos, rot, vel)
+
+    def mark_pose(self, row: int) -> None:
+        """Write the nominal pose after the intervals propagated so far into row ``row`` of the
+        :meth:`record_poses` arrays, when those intervals are applied.
+
+        Recording the trajectory at every IMU sample thus leaves the queue to run as blocks, whose
+        scan yields the pose after every interval (:func:`~velobins_ekf.propagation.propagate_nominal`).
+        """
+        if self._queue:
+            self._marks.append((len(self._queue), row))
+        else:
+            self._write_pose(row, self._state.pos, self._state.rot, self._state.vel)
+
+    def _write_pose(self, row, pos: np.ndarray, rot: np.ndarray, vel: np.ndarray) -> None:
+        """Rows ``row`` (an int or an index array) of the pose arrays := ``pos``, ``rot``, ``vel``."""
+        if self._sink is None:
+            raise RuntimeError("ErrorStateEkf.mark_pose: call record_poses first")
+        sink_pos, sink_rot, sink_vel = self._sink
+        sink_pos[row] = pos
+        sink_rot[row] = rot
+        sink_vel[row] = vel
+
     def flush(self) -> None:
         """Apply every queued interval to the state and the covariance now."""
         self._flush_cov()
 
     def _flush_nominal(self) -> None:
-        q = self._queue
+        q, marks, st = self._queue, self._marks, self._state
         if len(q) < _BATCH_MIN:
-            for dt, fx, fy, fz, wx, wy, wz in q:
-                self._lin.append(nominal_step(self._state, self._g, dt, (fx, fy, fz), (wx, wy, wz)))
+            m = 0
+            for k, (dt, fx, fy, fz, wx, wy, wz) in enumerate(q, 1):
+                self._lin.append(nominal_step(st, self._g, dt, (fx, fy, fz), (wx, wy, wz)))
+                while m < len(marks) and marks[m][0] == k:
+                    self._write_pose(marks[m][1], st.pos, st.rot, st.vel)
+                    m += 1
         else:
-            self._lin.append(propagate_nominal(self._state, self._g, np.array(q)))
+            iv, poses = propagate_nominal(st, self._g, np.array(q))
+            self._lin.append(iv)
+            if marks:
+                after, rows = np.array(marks).T
+                self._write_pose(rows, poses.pos[after - 1], poses.rot[after - 1], poses.vel[after - 1])
+        marks.clear()
         self._lin_count += len(q)
         before = self._nominal_count
         self._nominal_count += len(q)

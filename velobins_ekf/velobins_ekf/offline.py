@@ -100,6 +100,7 @@ def run_offline(
     out_r = np.empty((n_out, 3, 3))
     out_v = np.empty((n_out, 3))
     out_c = np.empty((n_out, 15)) if record_covariance else None
+    filt.record_poses(out_p, out_r, out_v)
     order = np.argsort(t_meas, kind="stable")
     j = 0
     k = 0
@@ -114,7 +115,7 @@ def run_offline(
         filt.add_imu(ti, acc_l[i], gyro_l[i])
         if i % output_stride == 0:
             out_t[k] = ti
-            filt.write_pose(out_p[k], out_r[k], out_v[k])
+            filt.mark_pose(k)
             if out_c is not None:
                 out_c[k] = np.diagonal(filt.covariance)
             k += 1
@@ -126,6 +127,7 @@ def run_offline(
         m = order[j]
         filt.add_velocity(float(t_meas[m]), z_meas[m], cov_meas[m])
         j += 1
+    final_state = filt.state  # reading the state also writes the rows still marked
     return OfflineResult(
         t=out_t,
         pos=out_p,
@@ -134,7 +136,7 @@ def run_offline(
         cov_diag=out_c,
         updates=filt.updates,
         stats=filt.stats,
-        final_state=filt.state,
+        final_state=final_state,
         final_cov=filt.covariance,
         min_eigenvalue=min_eig if check_covariance else float("nan"),
         max_asymmetry=max_asym if check_covariance else float("nan"),

@@ -139,34 +139,46 @@ def nominal_step(state: NavState, gravity: float, dt: float, acc, gyro) -> Inter
     return Interval(dt, r_mid, acc_b, series)
 
 
-def propagate_nominal(state: NavState, gravity: float, samples: np.ndarray) -> Interval:
+class Poses(NamedTuple):
+    """Nominal pose at the end of each interval of a block (row k: after interval k)."""
+
+    rot: np.ndarray
+    """(n, 3, 3) body->world rotation."""
+    vel: np.ndarray
+    """(n, 3) world velocity [m/s]."""
+    pos: np.ndarray
+    """(n, 3) world position [m]."""
+
+
+def propagate_nominal(state: NavState, gravity: float, samples: np.ndarray) -> tuple[Interval, Poses]:
     """Integrate ``state`` over a block of ``n`` intervals, the same scheme as :func:`nominal_step`.
 
     ``samples`` is (n, 7): ``(dt, f_x, f_y, f_z, ω_x, ω_y, ω_z)``, the intervals' mean specific force
     [m/s²] and rate [rad/s]. The biases are constant over a block (they change only in updates).
-    Returns the block's linearisation points.
+    Returns the block's linearisation points and the pose after every interval, which the scan
+    computes anyway (a caller recording the trajectory per sample reads them instead of the state).
     """
     n = samples.shape[0]
     dt = samples[:, 0]
     h = (samples[:, 4:7] - state.gyro_bias) * (0.5 * dt)[:, None]
     series = interval_series(dt, h[:, 0], h[:, 1], h[:, 2])
     e_half = series[:, EXP_HALF]
-    chain = prefix_products(e_half @ e_half)  # Exp(φ_0) ⋯ Exp(φ_k)
-    r_start = np.empty((n, 3, 3))
-    r_start[0] = state.rot
-    np.matmul(state.rot, chain[:-1], out=r_start[1:])
-    r_mid = r_start @ e_half
+    rot = np.empty((n + 1, 3, 3))  # attitude at the start of each interval, then at the end of the last
+    rot[0] = state.rot
+    np.matmul(state.rot, prefix_products(e_half @ e_half), out=rot[1:])  # R Exp(φ_0) ⋯ Exp(φ_k)
+    r_mid = rot[:-1] @ e_half
     acc_b = samples[:, 1:4] - state.acc_bias
     a_w = np.column_stack(world_acceleration(r_mid.reshape(n, 9).T, acc_b.T, gravity))
-    v_end = np.cumsum(a_w * dt[:, None], axis=0)
-    v_start = np.empty((n, 3))
-    v_start[0] = 0.0
-    v_start[1:] = v_end[:-1]
-    v_start += state.vel
-    state.pos = state.pos + position_increment(v_start, a_w, dt[:, None]).sum(axis=0)
-    state.vel = state.vel + v_end[-1]
-    state.rot = state.rot @ chain[-1]
-    return Interval(dt, r_mid, acc_b, series)
+    vel = np.empty((n + 1, 3))  # velocity at the start of each interval, then at the end of the last
+    vel[0] = 0.0
+    np.cumsum(a_w * dt[:, None], axis=0, out=vel[1:])
+    vel += state.vel
+    pos = np.cumsum(position_increment(vel[:-1], a_w, dt[:, None]), axis=0)
+    pos += state.pos
+    state.pos = pos[-1].copy()
+    state.vel = vel[-1].copy()
+    state.rot = rot[-1].copy()
+    return Interval(dt, r_mid, acc_b, series), Poses(rot[1:], vel[1:], pos)
 
 
 class Transition:

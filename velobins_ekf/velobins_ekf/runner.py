@@ -224,6 +224,17 @@ class VelocityEkf:
         rot[...] = st.rot
         vel[...] = st.vel
 
+    def record_poses(self, pos: np.ndarray, rot: np.ndarray, vel: np.ndarray) -> None:
+        """Arrays (M, 3), (M, 3, 3) and (M, 3) that :meth:`mark_pose` fills row by row."""
+        self.ekf.record_poses(pos, rot, vel)
+
+    def mark_pose(self, row: int) -> None:
+        """Have row ``row`` of the :meth:`record_poses` arrays hold the pose at :attr:`time`
+        (world position, body->world rotation, world velocity), written when the filter next
+        applies its queued intervals: a caller recording every IMU sample leaves the filter its
+        block propagation (:class:`~velobins_ekf.ekf.ErrorStateEkf`)."""
+        self.ekf.mark_pose(row)
+
     def pop_updates(self) -> list[UpdateResult]:
         """Return and forget the update records so far (a long-running node must drain them).
 
