@@ -1,6 +1,6 @@
 """Write velobins_bringup/config/velobins.yaml from the nodes' config dataclasses.
 
-The dataclasses (NetNodeConfig, EkfNodeConfig + EkfConfig, ReplayConfig, EvalNodeConfig) are the
+The dataclasses (NetNodeConfig + PredictorConfig, EkfNodeConfig + EkfConfig, ReplayConfig, EvalNodeConfig) are the
 one source of every default; this file renders them, with each field's docstring as its comment,
 into the YAML the launch files and graph tests load. velobins_bringup/test/test_config.py fails
 when the committed YAML differs from what this script writes.
@@ -54,20 +54,23 @@ def render() -> str:
     from velobins_ekf.node import EkfNodeConfig
     from velobins_eval.eval_node import EvalNodeConfig
     from velobins_eval.replay_node import ReplayConfig
+    from velobins_net.inference import PredictorConfig
     from velobins_net.node import NetNodeConfig
 
     out = [HEADER]
-    for node, configs in (
-        ("velobins_net", [NetNodeConfig()]),
-        ("velobins_ekf", [EkfNodeConfig(), EkfConfig()]),
-        ("velobins_replay", [ReplayConfig()]),
-        ("velobins_eval", [EvalNodeConfig()]),
-    ):
+    for node, config, sections in (
+        ("velobins_net", NetNodeConfig(), [("predictor", "How the network runs on the streams "
+         "(velobins_net.inference.PredictorConfig; velobins evaluate --params reads it too).", PredictorConfig())]),
+        ("velobins_ekf", EkfNodeConfig(), [("filter", "The filter (velobins_ekf.config.EkfConfig, paper §III-E).",
+         EkfConfig())]),
+        ("velobins_replay", ReplayConfig(), []),
+        ("velobins_eval", EvalNodeConfig(), []),
+    ):  # fmt: skip
         out += [f"{node}:", "  ros__parameters:"]
-        out += _fields(configs[0], "    ")
-        if len(configs) > 1:
-            out += ["    # The filter (velobins_ekf.config.EkfConfig, paper §III-E).", "    filter:"]
-            out += _fields(configs[1], "      ")
+        out += _fields(config, "    ")
+        for name, comment, section in sections:
+            out += [f"    # {comment}", f"    {name}:"]
+            out += _fields(section, "      ")
         out.append("")
     return "\n".join(out)
 

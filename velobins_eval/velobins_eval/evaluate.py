@@ -18,6 +18,7 @@ and writes the report of :mod:`velobins_eval.report`.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -53,16 +54,21 @@ def ground_truth_state(seq: Flight, index: int = 0):
     return NavState.from_pose(seq.q[index], seq.v[index], seq.p[index])
 
 
-def predict_flight(
-    model, seq: Flight, update_rate_hz: float | None = None, uncertainty: str | None = None
-) -> tuple[np.ndarray, ...]:
+def predict_flight(model, seq: Flight, config=None, uncertainty: str | None = None) -> tuple[np.ndarray, ...]:
     """Network estimates over a flight as the node computes them: (t (U,), v (U, 3), var (U, 3)).
 
-    ``uncertainty`` (``B``, ``C``, ``B+C``) picks the reported variance source; None: the model's own.
+    ``config`` is the node's :class:`~velobins_net.inference.PredictorConfig` (``predictor.*``
+    of the same parameter files, :func:`velobins_net.inference.load_predictor_config`; defaults
+    when None); ``uncertainty`` (``B``, ``C``, ``B+C``) overrides its variance source.
     """
-    from velobins_net.inference import StreamingPredictor
+    import dataclasses
 
-    predictor = StreamingPredictor(model, update_rate_hz=update_rate_hz, uncertainty=uncertainty)
+    from velobins_net.inference import PredictorConfig, StreamingPredictor
+
+    config = config or PredictorConfig()
+    if uncertainty:
+        config = dataclasses.replace(config, uncertainty=uncertainty)
+    predictor = StreamingPredictor(model, config)
     ts, vs, vars_ = [], [], []
     for i in range(len(seq)):
         t = float(seq.t[i])
@@ -153,7 +159,7 @@ def check_fits(model, path: Path, seqs: list[Flight]) -> None:
             )
 
 
-def evaluate_checkpoint(path: Path, seqs: list[Flight], ekf_config=None, progress: bool = True):
+def evaluate_checkpoint(path: Path, seqs: list[Flight], ekf_config=None, progress: bool = True, predictor_config=None):
     """(method label, {flight: record}) of one checkpoint on ``seqs`` (checked to fit them first)."""
     from velobins_net.inference import load_checkpoint
     from velobins_net.progress import progress_bar
@@ -163,7 +169,7 @@ def evaluate_checkpoint(path: Path, seqs: list[Flight], ekf_config=None, progres
     label = method_label(path)
     records = {}
     for seq in progress_bar(seqs, desc=f"evaluating {label}", unit="flight", enabled=progress):
-        t, v, var = predict_flight(model, seq)
+        t, v, var = predict_flight(model, seq, predictor_config)
         records[seq.name] = fuse_flight(seq, t, v, var, label, ekf_config)
     return label, records
 
@@ -183,7 +189,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-imu-only", action="store_true", help="skip the IMU-integration baseline")
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
     parser.add_argument(
-        "--params", action="append", type=Path, default=[], help="ROS parameter file with velobins_ekf filter overrides"
+        "--params",
+        action="append",
+        type=Path,
+        default=[],
+        help="ROS parameter file (repeatable): its velobins_ekf filter and velobins_net predictor entries apply",
     )
     parser.add_argument(
         "--allow",
@@ -206,12 +216,14 @@ def main_evaluate(argv: list[str] | None = None) -> int:
     import torch
 
     from velobins_net.checkpoint import read_checkpoint
+    from velobins_net.inference import load_predictor_config
 
     from .datasets import load_flights
 
     for ckpt in args.checkpoint:
         read_checkpoint(ckpt)  # a missing or foreign checkpoint fails before any work
     ekf_config = load_ekf_config(args.params)
+    predictor_config = load_predictor_config(args.params)  # the node's predictor.* from the same files
     mode = output_mode(overwrite=args.overwrite)
     with open_run_dir(args.out, EVALUATE_LAYOUT, mode):
         torch.set_num_threads(args.threads)
@@ -221,7 +233,7 @@ def main_evaluate(argv: list[str] | None = None) -> int:
         seqs = list(loaded.sequences)
         all_records: dict[str, dict[str, FlightRecord]] = {}
         for ckpt in args.checkpoint:
-            label, records = evaluate_checkpoint(ckpt, seqs, ekf_config)
+            label, records = evaluate_checkpoint(ckpt, seqs, ekf_config, predictor_config=predictor_config)
             all_records[label] = records
         if not args.no_imu_only:
             first = next(iter(all_records.values()))
@@ -232,6 +244,7 @@ def main_evaluate(argv: list[str] | None = None) -> int:
             "data": str(args.data),
             "checkpoints": [str(c) for c in args.checkpoint],
             "params": [str(p) for p in args.params],
+            "predictor": dataclasses.asdict(predictor_config),
             "allowed_checks": list(args.allow),
             "skipped_flights": [{"path": str(i.path), "reason": i.reason} for i in loaded.skipped],
         }

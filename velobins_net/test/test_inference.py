@@ -9,7 +9,7 @@ import torch
 
 from velobins_net.config import ModelConfig
 from velobins_net.export import export_onnx, export_torchscript
-from velobins_net.inference import StreamingPredictor
+from velobins_net.inference import PredictorConfig, StreamingPredictor
 from velobins_net.model import VeloBinsNet
 
 torch.set_num_threads(1)
@@ -29,7 +29,7 @@ def _signals(t: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def test_streaming_rate_window_and_equivalence():
     model = _model()
-    pred = StreamingPredictor(model, max_rotor_age=0.05, return_probs=True)
+    pred = StreamingPredictor(model, PredictorConfig(max_rotor_age=0.05), return_probs=True)
     t_imu = np.arange(0, 2.0, 1 / 200)  # 200 Hz IMU
     t_rot = np.arange(0, 2.0, 1 / 50)  # 50 Hz rotor
     acc, gyro, _ = _signals(t_imu)
@@ -62,7 +62,7 @@ def test_streaming_rate_window_and_equivalence():
 
 
 def test_streaming_rejects_stale_rotor_and_bad_samples():
-    pred = StreamingPredictor(_model(), max_rotor_age=0.1)
+    pred = StreamingPredictor(_model(), PredictorConfig(max_rotor_age=0.1))
     for t in np.arange(0, 1.5, 0.01):
         pred.push_imu(t, [0, 0, 9.8], [0, 0, 0])
     assert pred.step() is None and pred.counts["no_rotor"] == 1

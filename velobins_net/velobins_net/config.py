@@ -47,7 +47,8 @@ class ModelConfig:
         rotor_kind: ``"rpm"`` (rad/s, fed as squared speed) or ``"pwm"`` (normalised command, raw).
         window_s: input window length [s] (paper: 1 s).
         rate_hz: network input rate [Hz] (paper: 100 Hz).
-        update_rate_hz: streaming update rate [Hz] (paper: 20 Hz).
+        update_rate_hz: kept so checkpoints keep one format; the streaming update rate is
+            ``velobins_net.inference.PredictorConfig.update_rate`` (the node's ``predictor.*``).
         d_model: transformer width = D_h, the last-step feature size (paper: 48).
         conv_channels: output channels of each per-modality convolution branch.
         conv_kernel: kernel size of the branch convolutions (odd, 'same' padding).

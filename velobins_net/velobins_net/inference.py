@@ -16,6 +16,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from velobins_common.params import load_section
+
 from .accel import kernel_status
 from .checkpoint import model_from_checkpoint, read_checkpoint
 from .data import interp_columns
@@ -74,39 +76,71 @@ class _Ring:
         return self.t[: self.n], self.x[: self.n]
 
 
+UNCERTAINTY_SOURCES = ("", "B", "C", "B+C")
+"""Values of :attr:`PredictorConfig.uncertainty` (empty: the checkpoint's own)."""
+
+
+@dataclass(frozen=True)
+class PredictorConfig:
+    """How the network runs on a stream: the one source of the runtime settings.
+
+    The network node declares these as its ``predictor.*`` parameters and ``velobins evaluate``
+    reads the same ``velobins_net: ros__parameters: predictor:`` entries from the same YAML files
+    (:func:`load_predictor_config`), so offline numbers are the node's numbers.
+    """
+
+    update_rate: float = 20.0
+    """Network updates per second of IMU time [Hz] (paper: 20)."""
+    max_rotor_age: float = 0.1
+    """Newest rotor sample may lag the newest IMU sample by at most this much [s]; else no estimate."""
+    max_imu_rate: float = 1000.0
+    """Highest expected IMU/rotor rate [Hz]; sizes the ring buffers (window + 0.5 s)."""
+    uncertainty: str = ""
+    """Reported variance source: B (bins), C (covariance decoder) or B+C; empty = the variant the
+    checkpoint was trained as."""
+
+    def __post_init__(self) -> None:
+        for name in ("update_rate", "max_rotor_age", "max_imu_rate"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"PredictorConfig.{name}: must be > 0, got {getattr(self, name)!r}")
+        if self.uncertainty not in UNCERTAINTY_SOURCES:
+            raise ValueError(
+                f"PredictorConfig.uncertainty: must be one of {UNCERTAINTY_SOURCES}, got {self.uncertainty!r}"
+            )
+
+
+PARAMS_NODE, PARAMS_SECTION = "velobins_net", "predictor"
+"""Where :class:`PredictorConfig` lives in a ROS parameter file."""
+
+
+def load_predictor_config(params_files=None) -> PredictorConfig:
+    """:class:`PredictorConfig` defaults plus the ``velobins_net: ros__parameters: predictor:``
+    overrides of ROS parameter files (the files the network node loads), applied in order."""
+    return load_section(params_files, PARAMS_NODE, PARAMS_SECTION, PredictorConfig())
+
+
 class StreamingPredictor:
     """Windowed, rate-limited inference on live IMU and rotor streams.
 
     Args:
         model: network (eval mode is enforced).
-        max_rotor_age: the newest rotor sample may be at most this old relative to the newest IMU
-            stamp [s]; otherwise no estimate (``rotor_stale``).
-        update_rate_hz: maximum estimate rate; None = the model config's (paper: 20 Hz).
+        config: update rate, rotor staleness bound, buffer sizing and uncertainty source.
         return_probs: include the bin distribution in each :class:`Prediction`.
-        max_imu_rate_hz: highest expected IMU/rotor rate [Hz]; sizes the ring buffers (window + 0.5 s).
-        uncertainty: reported variance source ``B``, ``C`` or ``B+C``; None = the model config's
-            (the variant the checkpoint was trained as).
     """
 
-    def __init__(
-        self,
-        model: VeloBinsNet,
-        max_rotor_age: float = 0.1,
-        update_rate_hz: float | None = None,
-        return_probs: bool = False,
-        max_imu_rate_hz: float = 1000.0,
-        uncertainty: str | None = None,
-    ):
+    def __init__(self, model: VeloBinsNet, config: PredictorConfig | None = None, return_probs: bool = False):
+        config = config or PredictorConfig()
+        self.config = config
         self.model = model.eval()
         cfg = model.cfg
-        self.uncertainty = uncertainty or cfg.uncertainty
+        self.uncertainty = config.uncertainty or cfg.uncertainty
         check_uncertainty(self.uncertainty, model.bins is not None, model.cov is not None)
         self.window_len = cfg.window_len
         self.rate_hz = cfg.rate_hz
-        self.period = 1.0 / (update_rate_hz or cfg.update_rate_hz)
-        self.max_rotor_age = max_rotor_age
+        self.period = 1.0 / config.update_rate
+        self.max_rotor_age = config.max_rotor_age
         self.return_probs = return_probs and model.bins is not None
-        keep = int(np.ceil((cfg.window_s + 0.5) * max_imu_rate_hz)) + 8
+        keep = int(np.ceil((cfg.window_s + 0.5) * config.max_imu_rate)) + 8
         self._imu = _Ring(6, keep)
         self._rotor = _Ring(cfg.num_rotors, keep)
         self._offsets = (np.arange(self.window_len) - (self.window_len - 1)) / self.rate_hz

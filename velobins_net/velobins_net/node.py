@@ -32,7 +32,7 @@ from velobins_ros import (
     stamp_to_sec,
 )
 
-from .inference import StreamingPredictor, load_checkpoint
+from .inference import PredictorConfig, StreamingPredictor, load_checkpoint
 
 UNUSED_VARIANCE = 1.0e6
 """Variance put on the angular block of /velobins/twist: the network estimates no angular rate."""
@@ -42,7 +42,9 @@ _RPM_TO_RAD_S = 2.0 * math.pi / 60.0
 
 @dataclass(frozen=True)
 class NetNodeConfig:
-    """Parameters of the network node (declared from these defaults; see config/velobins.yaml)."""
+    """Parameters of the network node besides the predictor's own (``predictor.*``, :class:`PredictorConfig`).
+
+    Declared from these defaults; see config/velobins.yaml."""
 
     model_path: str = ""
     """Checkpoint written by `velobins train` (best.pt)."""
@@ -56,10 +58,6 @@ class NetNodeConfig:
     """Output geometry_msgs/TwistWithCovarianceStamped (for robot_localization); empty disables it."""
     frame_id: str = "base_link"
     """Body frame of the published velocity."""
-    update_rate: float = 20.0
-    """Network updates per second of IMU time [Hz] (paper: 20)."""
-    max_rotor_age: float = 0.1
-    """Newest rotor sample may lag the newest IMU sample by at most this much [s]."""
     time_jump_reset: float = 0.5
     """IMU stamps going back by more than this [s] reset the window (bag loop, clock reset)."""
     publish_distribution: bool = False
@@ -68,8 +66,6 @@ class NetNodeConfig:
     """Queue depth of the sensor-data subscriptions (deep enough for fast replay)."""
     num_threads: int = 1
     """torch intra-op threads for inference (1 keeps latency predictable beside the EKF)."""
-    max_imu_rate: float = 1000.0
-    """Highest expected IMU/rotor rate [Hz]; sizes the ring buffers."""
 
 
 class VeloBinsNetNode(Node):
@@ -78,12 +74,14 @@ class VeloBinsNetNode(Node):
     def __init__(self) -> None:
         super().__init__("velobins_net")
         self.config = declare_config(self, NetNodeConfig())
-        reject_runtime_changes(self, {f for f in NetNodeConfig.__dataclass_fields__})
+        self.predictor_config = declare_config(self, PredictorConfig(), prefix="predictor.")
+        reject_runtime_changes(
+            self,
+            set(NetNodeConfig.__dataclass_fields__) | {"predictor." + f for f in PredictorConfig.__dataclass_fields__},
+        )
         cfg = self.config
         if not cfg.model_path:
             raise ValueError("parameter 'model_path' is required: a checkpoint from `velobins train`")
-        if cfg.update_rate <= 0:
-            raise ValueError(f"parameter 'update_rate' must be > 0, got {cfg.update_rate}")
         torch.set_num_threads(max(1, cfg.num_threads))
         self.model = load_checkpoint(cfg.model_path)
         self.rotor_kind = self.model.cfg.rotor_kind
@@ -107,17 +105,11 @@ class VeloBinsNetNode(Node):
         self.get_logger().info(
             f"model {cfg.model_path}: head={self.model.cfg.head} rotors={self.num_rotors} ({self.rotor_kind}) "
             f"window={self.model.cfg.window_s:g}s@{self.model.cfg.rate_hz:g}Hz; publishing {cfg.velocity_topic} "
-            f"at {cfg.update_rate:g} Hz"
+            f"at {self.predictor_config.update_rate:g} Hz"
         )
 
     def _new_predictor(self) -> StreamingPredictor:
-        return StreamingPredictor(
-            self.model,
-            max_rotor_age=self.config.max_rotor_age,
-            update_rate_hz=self.config.update_rate,
-            return_probs=self.config.publish_distribution,
-            max_imu_rate_hz=self.config.max_imu_rate,
-        )
+        return StreamingPredictor(self.model, self.predictor_config, return_probs=self.config.publish_distribution)
 
     # ------------------------------------------------------------------ inputs
     def on_rotor(self, msg: RotorSpeeds) -> None:
