@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -287,7 +287,11 @@ def read_bag(path: str | Path) -> Flight:
         if missing:
             raise BagError(f"{path}: missing topic(s) {sorted(missing)}; found {sorted(topics)}")
         conns = [c for c in reader.connections if c.topic in (TOPIC_IMU, TOPIC_ROTOR, TOPIC_GT)]
-        for topic, msg in _messages(path, reader, conns, store):
+
+        def corrupt(exc: BaseException) -> BagError:
+            return BagError(f"{path}: cannot read: truncated or corrupt bag ({_describe(exc)})")
+
+        for topic, msg in bag_messages(reader, conns, store, corrupt):
             if topic == TOPIC_IMU:
                 a, w = msg.linear_acceleration, msg.angular_velocity
                 imu_rows.append((_stamp_s(msg.header), a.x, a.y, a.z, w.x, w.y, w.z))
@@ -360,8 +364,15 @@ def _open_reader(path: Path) -> Reader:
     return reader
 
 
-def _messages(path: Path, reader: Reader, conns: list[Any], store: Typestore) -> Iterator[tuple[str, Any]]:
-    """(topic, message) pairs; an error inside rosbags' reader or deserialiser is a corrupt bag."""
+def bag_messages(
+    reader: Any, conns: list[Any], store: Typestore, corrupt: Callable[[BaseException], Exception]
+) -> Iterator[tuple[str, Any]]:
+    """(topic, message) pairs of an open bag; an error inside rosbags' reader or deserialiser is a
+    corrupt bag, raised as ``corrupt(exc)`` (each caller names the file its own way).
+
+    A truncated or overwritten mcap fails there with whatever the damaged bytes trigger
+    (``ReaderError``, ``struct.error``, ``OverflowError``, ``IndexError``, ...).
+    """
     messages = reader.messages(connections=conns)
     while True:
         try:
@@ -371,7 +382,7 @@ def _messages(path: Path, reader: Reader, conns: list[Any], store: Typestore) ->
             conn, _ts, raw = item
             msg = store.deserialize_cdr(raw, conn.msgtype)
         except Exception as exc:  # a third-party parser on untrusted bytes
-            raise BagError(f"{path}: cannot read: truncated or corrupt bag ({_describe(exc)})") from None
+            raise corrupt(exc) from None
         yield conn.topic, msg
 
 

@@ -27,7 +27,6 @@ records the choice.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -36,6 +35,7 @@ from scipy.spatial.transform import Rotation, Slerp
 
 from velobins_common.constants import RPM_TO_RAD_PER_S
 from velobins_common.interp import interp_columns
+from velobins_eval.bag import bag_messages
 from velobins_eval.datasets.errors import DatasetError, describe
 from velobins_eval.datasets.frames import velocity_frame
 from velobins_eval.datasets.tabular import check_finite, monotonic_rows, require_file
@@ -189,26 +189,6 @@ def _stamp(header: Any) -> float:
     return float(header.stamp.sec) + 1e-9 * float(header.stamp.nanosec)
 
 
-def _messages(source: str, reader: Any, conns: list[Any], store: Any) -> Iterator[tuple[str, Any]]:
-    """(topic, message) pairs of a bag; a damaged file becomes :class:`DatasetError` naming it.
-
-    A truncated or overwritten mcap fails inside rosbags' chunk reader or CDR deserialiser with
-    whatever the damaged bytes trigger (``ReaderError``, ``struct.error``, ``OverflowError``,
-    ``IndexError``, ...), so every exception raised *there* is reported as a corrupt bag.
-    """
-    messages = reader.messages(connections=conns)
-    while True:
-        try:
-            item = next(messages, None)
-            if item is None:
-                return
-            conn, _ts, raw = item
-            msg = store.deserialize_cdr(raw, conn.msgtype)
-        except Exception as exc:  # a third-party parser on untrusted bytes
-            raise DatasetError(source, "<file>", f"cannot read: truncated or corrupt bag ({describe(exc)})") from None
-        yield conn.topic, msg
-
-
 def _open_bag(source: str, bag_dir: Path) -> Any:
     """An opened rosbags Reader on ``bag_dir``; :class:`DatasetError` when it is not a bag."""
     from rosbags.rosbag2 import Reader
@@ -236,7 +216,11 @@ def _read_topics(source: str, bag_dir: Path) -> dict[str, list[np.ndarray]]:
     reader = _open_bag(source, bag_dir)
     try:
         conns = [c for c in reader.connections if c.topic in out]
-        for topic, msg in _messages(source, reader, conns, store):
+
+        def corrupt(exc: BaseException) -> DatasetError:
+            return DatasetError(source, "<file>", f"cannot read: truncated or corrupt bag ({describe(exc)})")
+
+        for topic, msg in bag_messages(reader, conns, store, corrupt):
             if topic == IMU_TOPIC:
                 a, w = msg.linear_acceleration, msg.angular_velocity
                 out[IMU_TOPIC].append(np.array([_stamp(msg.header), a.x, a.y, a.z, w.x, w.y, w.z]))
