@@ -19,13 +19,13 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 import fixtures_datasets as fx
 
+from velobins_common.outputs import LOCK_NAME, RunLock
 from velobins_eval import bag
 from velobins_eval.cli import main
 from velobins_eval.datasets import read_csv, write_csv
 from velobins_eval.sequence import Flight
 from velobins_eval.sim import batch
 from velobins_eval.sim.flight import SimulationError
-from velobins_net.outputs import LOCK_NAME, RunLock
 
 
 def snapshot(root: Path) -> dict[str, tuple[bytes, int]]:

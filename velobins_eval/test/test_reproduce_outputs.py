@@ -20,13 +20,13 @@ import numpy as np
 import pytest
 from fixtures_datasets import hover
 
+from velobins_common.outputs import LOCK_NAME
 from velobins_eval.cli import main
 from velobins_eval.datasets import write_csv
 from velobins_eval.metrics import FlightMetrics
 from velobins_eval.reproduce import commands, evaluation, jobs, plan
 from velobins_eval.scoring import KEYS, FlightRecord
 from velobins_eval.sequence import Flight
-from velobins_net.outputs import LOCK_NAME
 
 FLIGHTS = {"train": ("sim_circle_000", "sim_helix_001"), "val": ("sim_oval_002",)}
 
@@ -253,7 +253,7 @@ import os, signal, sys, time
 from pathlib import Path
 out = Path(sys.argv[sys.argv.index("--out") + 1])
 out.mkdir(parents=True, exist_ok=True)
-tmp = out / f".last.pt.{os.getpid()}.0123abcd.tmp"  # as velobins_net.outputs.atomic_path names it
+tmp = out / f".last.pt.{os.getpid()}.0123abcd.tmp"  # as velobins_common.outputs.atomic_path names it
 tmp.write_bytes(b"half a checkpoint")
 if "{stubborn}" == "yes":  # a child that ignores SIGINT and SIGTERM and must be killed
     signal.signal(signal.SIGINT, signal.SIG_IGN)

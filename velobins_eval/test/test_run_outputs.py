@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from velobins_common.outputs import LOCK_NAME, RunLock
 from velobins_eval.cli import main
 from velobins_eval.sim.batch import simulate_many
 from velobins_net import checkpoint as checkpoint_module
 from velobins_net.checkpoint import read_checkpoint, save_checkpoint
-from velobins_net.outputs import LOCK_NAME, RunLock
 
 TINY = ("--epochs", "1", "--stride", "25", "--val-stride", "25", "--bins", "32", "--batch-size", "64")
 

@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from velobins_common.outputs import OutputError
 from velobins_eval.datasets.csv_format import read_csv
 from velobins_eval.sim import FAMILIES, flight_plan, simulate_flight, simulate_many
 from velobins_eval.sim.batch import MANIFEST_NAME
 from velobins_eval.sim.cli import main_simulate
-from velobins_net.outputs import OutputError
 
 _FIELDS = ("t", "acc", "gyro", "rotor", "p", "q", "v")
 

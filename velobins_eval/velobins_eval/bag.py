@@ -38,7 +38,7 @@ from rosbags.typesys.store import Typestore
 
 from velobins_common.constants import RPM_TO_RAD_PER_S
 from velobins_common.interp import interp_columns
-from velobins_net.outputs import atomic_path
+from velobins_common.outputs import atomic_path
 
 from .sequence import Flight
 

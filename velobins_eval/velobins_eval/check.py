@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import NoReturn
 
+from velobins_common.outputs import atomic_write_text
 from velobins_eval.datasets import KINDS, flight_files, guess_kind, load_sequence
 from velobins_eval.datasets.errors import UnusableFlightError
 from velobins_eval.sequence import SequenceError
@@ -39,7 +40,6 @@ from velobins_eval.validate import (
     inspect_flight,
     parse_allow,
 )
-from velobins_net.outputs import atomic_write_text
 
 VERDICTS = ("ok", "allowed", "skip", "FAIL")
 """Possible verdicts of a flight."""
@@ -118,7 +118,7 @@ def check_path(
         DatasetError: ``path`` is missing or a folder holds no ``kind`` flight files.
         ValueError: unknown ``kind`` or check name.
     """
-    from velobins_net.progress import progress_bar
+    from velobins_common.progress import progress_bar
 
     allowed = parse_allow(allow)
     root = Path(path)

@@ -27,7 +27,7 @@ def _cmd_convert(args: argparse.Namespace) -> int:
     """Convert one flight to a bag: output checked before any work, bag written whole or not at all."""
     import contextlib
 
-    from velobins_net.outputs import OutputError, check_writable
+    from velobins_common.outputs import OutputError, check_writable
 
     from .bag import check_output, write_bag
     from .datasets import load_sequence

@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from velobins_net.outputs import RunLayout, RunLock, atomic_write_text, open_run_dir, output_mode
+from velobins_common.outputs import RunLayout, RunLock, atomic_write_text, open_run_dir, output_mode
 
 from . import metrics, report
 from .reproduce import stop_processes

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from velobins_net.outputs import RunLayout, open_run_dir, output_mode
+from velobins_common.outputs import RunLayout, open_run_dir, output_mode
 
 from . import metrics
 from .report import method_label, write_report
@@ -161,8 +161,8 @@ def check_fits(model, path: Path, seqs: list[Flight]) -> None:
 
 def evaluate_checkpoint(path: Path, seqs: list[Flight], ekf_config=None, progress: bool = True, predictor_config=None):
     """(method label, {flight: record}) of one checkpoint on ``seqs`` (checked to fit them first)."""
+    from velobins_common.progress import progress_bar
     from velobins_net.inference import load_checkpoint
-    from velobins_net.progress import progress_bar
 
     model = load_checkpoint(path)
     check_fits(model, path, seqs)
@@ -262,7 +262,7 @@ def write_report_atomically(records, gts, out_dir: Path, config: dict) -> str:
     """
     import shutil
 
-    from velobins_net.outputs import temp_path
+    from velobins_common.outputs import temp_path
 
     staging = temp_path(out_dir / "report")
     try:

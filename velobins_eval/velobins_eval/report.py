@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from velobins_net.outputs import atomic_path, atomic_write_text
+from velobins_common.outputs import atomic_path, atomic_write_text
 
 from . import metrics
 from .scoring import KEYS, aggregate, score

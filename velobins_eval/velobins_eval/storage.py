@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from velobins_common.outputs import atomic_path
 from velobins_eval.sequence import Flight, SequenceError
-from velobins_net.outputs import atomic_path
 
 FORMAT_VERSION = 1
 """Bumped whenever the npz layout or an adapter's conversion changes (invalidates caches)."""

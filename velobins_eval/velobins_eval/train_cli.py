@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from velobins_common.fields import add_config_options, config_values
-from velobins_net.outputs import RunLayout, open_run_dir, output_mode, remove_stale_temp_files
+from velobins_common.outputs import RunLayout, open_run_dir, output_mode, remove_stale_temp_files
 
 from .dataset_kinds import KINDS
 

@@ -15,9 +15,10 @@ from typing import Any
 
 import torch
 
+from velobins_common.outputs import atomic_path
+
 from .config import CHECKPOINT_FORMAT_VERSION, ModelConfig
 from .model import VeloBinsNet
-from .outputs import atomic_path
 
 REQUIRED_KEYS = ("format_version", "model_config", "variant", "bins", "normalization", "model_state")
 

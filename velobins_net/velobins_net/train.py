@@ -26,6 +26,9 @@ import torch.distributed as dist
 from torch import nn
 from tqdm import tqdm
 
+from velobins_common.outputs import atomic_write_text
+from velobins_common.progress import progress_bar
+
 from .accel import reuse_freed_memory
 from .bins import BinGrid, velocity_range_from
 from .checkpoint import CheckpointError, git_commit, read_checkpoint, save_checkpoint
@@ -33,8 +36,6 @@ from .config import ModelConfig, config_differences
 from .data import SequenceLike, WindowDataset, describe_sources, fit_normalization
 from .losses import variant_loss
 from .model import VeloBinsNet
-from .outputs import atomic_write_text
-from .progress import progress_bar
 from .variants import Variant, parse_variant
 
 METRICS = ("nll", "ave")

@@ -236,9 +236,9 @@ def load_flights(
             implausible (:class:`~velobins_eval.validate.PlausibilityError`).
         ValueError: unknown ``kind`` or check name.
     """
+    from velobins_common.progress import progress_bar
     from velobins_eval.storage import load_cached
     from velobins_eval.validate import check_flight, parse_allow
-    from velobins_net.progress import progress_bar
 
     allowed = parse_allow(allow)  # unknown names fail before any file is read
     files = flight_files(kind, path)

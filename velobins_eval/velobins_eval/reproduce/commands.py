@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from velobins_common.outputs import atomic_write_text, open_run_dir, output_mode
 from velobins_net.checkpoint import git_commit
-from velobins_net.outputs import atomic_write_text, open_run_dir, output_mode
 
 from ..evaluate import load_ekf_config
 from ..report import KEYS

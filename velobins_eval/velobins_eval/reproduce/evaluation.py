@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from velobins_net.progress import progress_bar
+from velobins_common.progress import progress_bar
 
 from .. import metrics
 from ..evaluate import fuse_flight, load_ekf_config, predict_flight

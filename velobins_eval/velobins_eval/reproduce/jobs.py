@@ -20,8 +20,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from velobins_net.outputs import remove_stale_temp_files
-from velobins_net.progress import progress_bar
+from velobins_common.outputs import remove_stale_temp_files
+from velobins_common.progress import progress_bar
 
 from .errors import ReproduceError
 from .plan import LOG_DIR, MODEL_DIR, Schedule, TrainingJob, is_trained, model_dir, partial_dir

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from velobins_net.outputs import OutputError, remove_stale_temp_files
+from velobins_common.outputs import OutputError, remove_stale_temp_files
 
 from .plan import LAYOUT, MANIFEST_NAME, MODEL_DIR, PARTIAL_SUFFIX, SPLITS, Schedule, schedule_record
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from velobins_net.outputs import RunLayout
+from velobins_common.outputs import RunLayout
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from velobins_net.outputs import atomic_write_text
+from velobins_common.outputs import atomic_write_text
 
 from .. import metrics
 from ..datasets.nanobench import TRAJECTORY_SHAPES, trajectory_shape

@@ -28,11 +28,11 @@ from pathlib import Path
 
 import numpy as np
 
+from velobins_common.outputs import RunLayout, atomic_path, atomic_write_text, open_run_dir, remove_stale_temp_files
+from velobins_common.progress import progress_bar
 from velobins_eval.sim.flight import flight_name, simulate_flight
 from velobins_eval.sim.presets import Preset, get_preset
 from velobins_eval.sim.trajectories import FAMILIES
-from velobins_net.outputs import RunLayout, atomic_path, atomic_write_text, open_run_dir, remove_stale_temp_files
-from velobins_net.progress import progress_bar
 
 MANIFEST_NAME = "simulation.json"
 """Run manifest written next to the CSV files."""

@@ -15,10 +15,10 @@ import sys
 import time
 from pathlib import Path
 
+from velobins_common.outputs import OutputError
 from velobins_eval.sim.batch import simulate_many
 from velobins_eval.sim.flight import SimulationError
 from velobins_eval.sim.presets import PRESETS
-from velobins_net.outputs import OutputError
 
 
 def add_simulate_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:

@@ -11,8 +11,8 @@ The rules (issue 13, README "Command line"):
 * a lock file held for the run's life makes a second writer fail at once, naming the holder;
 * the output location is checked for writability (and room for a first file) before any work.
 
-This module is the lowest package that writes files (checkpoints), so the evaluation package
-builds on it too. It imports neither torch nor numpy.
+It lives in :mod:`velobins_common` because every package that writes files (checkpoints,
+reports, flights, bags) uses it. It imports neither torch nor numpy.
 """
 
 from __future__ import annotations
