@@ -133,8 +133,13 @@ def nominal_step(state: NavState, gravity: float, dt: float, acc, gyro) -> Inter
     r_mid = state.rot @ e_half
     awx, awy, awz = world_acceleration(r_mid.ravel().tolist(), acc_b, gravity)
     vx, vy, vz = state.vel.tolist()
-    state.pos += (position_increment(vx, awx, dt), position_increment(vy, awy, dt), position_increment(vz, awz, dt))
-    state.vel += (awx * dt, awy * dt, awz * dt)
+    px, py, pz = state.pos.tolist()
+    state.pos[:] = (
+        px + position_increment(vx, awx, dt),
+        py + position_increment(vy, awy, dt),
+        pz + position_increment(vz, awz, dt),
+    )
+    state.vel[:] = (vx + awx * dt, vy + awy * dt, vz + awz * dt)
     state.rot = r_mid @ e_half
     return Interval(dt, r_mid, acc_b, series)
 
@@ -204,8 +209,7 @@ class Transition:
         self._gw = np.empty((*lead, 9, 6))
         self._q_nav = q[..., 0:9, 0:9]
         self._q_bias_diag = np.einsum("...ii->...i", q)[..., 9:15]  # writable view
-        self._y = np.empty((*lead, 2, 3, 3))
-        self._y_rot = self._y[..., 0, :, :]
+        self._f_pos_vel_diag = np.einsum("...ii->...i", f[..., POS, VEL])  # writable view
         self._lead = lead
         self._noise_dt = math.nan  # dt of the noise terms in place (one interval: kept while dt stays)
         self._white = np.empty((*lead, 1, 6))
@@ -230,21 +234,20 @@ class Transition:
         self._f_rot_rot[...] = s[..., EXP_FULL_T, :, :]
         self._f_rot_bg[...] = s[..., NEG_DT_JR_FULL, :, :]
         # δv⁺ rows: −dt R_m [ā]× Exp(h)ᵀ (rotation) and ½dt² R_m [ā]× Jr(h) (gyro bias), −dt R_m (acc bias)
-        np.matmul((iv.r_mid @ skew(iv.acc))[..., None, :, :], s[..., NEG_DT_EXP_HALF_T:, :, :], out=self._y)
-        self._f_vel_rot[...] = self._y_rot
-        self._f_vel_bg[...] = self._y[..., 1, :, :]
+        r_acc = iv.r_mid @ skew(iv.acc)
+        np.matmul(r_acc, s[..., NEG_DT_EXP_HALF_T, :, :], out=self._f_vel_rot)
+        np.matmul(r_acc, s[..., HALF_DT2_JR_HALF, :, :], out=self._f_vel_bg)
         np.multiply(iv.r_mid, -dt, out=self._f_vel_ba)
         # δp⁺ = δp + dt δv + ½ dt (δv⁺ − δv)
-        np.multiply(self._y_rot, hd, out=self._f_pos_rot)
+        np.multiply(self._f_vel_rot, hd, out=self._f_pos_rot)
         np.multiply(self._f_vel_bias, hd, out=self._f_pos_bias)
-        f = self.f
-        f[..., 6, 3] = f[..., 7, 4] = f[..., 8, 5] = iv.dt
+        self._f_pos_vel_diag[...] = iv.dt if not lead else iv.dt[:, None]
         # Q = G W Gᵀ + bias random walks, W = diag(σ_a², σ_g²)/dt
         if lead or not abs(iv.dt - self._noise_dt) <= _DT_REL_TOL * iv.dt:  # also true for the initial NaN
             self._set_noise(iv.dt, config)
         np.multiply(self._g, self._white, out=self._gw)
         np.matmul(self._gw, self._g_t, out=self._q_nav)
-        return f, self.q
+        return self.f, self.q
 
 
 def transition_and_noise(iv: Interval, config: EkfConfig) -> tuple[np.ndarray, np.ndarray]:
