@@ -11,7 +11,7 @@ from scipy.spatial.transform import Rotation
 
 from velobins_ekf.config import EkfConfig
 from velobins_ekf.ekf import NavState
-from velobins_ekf.init import gravity_aligned_rotation
+from velobins_ekf.initial_state import gravity_aligned_rotation
 from velobins_ekf.runner import VelocityEkf
 
 TRAJ = AnalyticTrajectory()

@@ -15,7 +15,7 @@
 
 Without an explicit :meth:`VelocityEkf.initialize`, the filter aligns itself with gravity from the
 last ``init_window`` seconds of IMU and takes its velocity from the first measurement
-(:mod:`velobins_ekf.init`).
+(:mod:`velobins_ekf.initial_state`).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import numpy as np
 
 from velobins_ekf.config import EkfConfig
 from velobins_ekf.ekf import ErrorStateEkf, NavState, UpdateResult
-from velobins_ekf.init import state_from_alignment
+from velobins_ekf.initial_state import state_from_alignment
 
 Sample = tuple[float, float, float, float, float, float]
 """IMU sample values ``(ax, ay, az, gx, gy, gz)`` as plain floats."""

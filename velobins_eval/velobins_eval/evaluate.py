@@ -1,6 +1,6 @@
 """Scoring flights: network alone and EKF-fused, offline or from a recorded ROS graph run.
 
-One path for every number in a report (paper §IV-A, DESIGN.md "Metrics"):
+One path for every number in a report (paper §IV-A, docs/design.md "Metrics"):
 
 * :func:`predict_flight` runs the network with the same :class:`StreamingPredictor` the network
   node uses (same windows, same 20 Hz schedule);

@@ -11,7 +11,7 @@ Each check has a stable name (:data:`CHECKS`) that a user can pass as ``--allow 
 check``); :func:`check_flight` raises :class:`PlausibilityError` on the first finding that is not
 allowed, and :class:`~velobins_eval.datasets.errors.UnusableFlightError` for a too-short flight
 (skipped and counted by :func:`velobins_eval.datasets.load_flights`). Everything is vectorised
-numpy: about 2 ms for a 60 s, 100 Hz flight.
+numpy (``benchmarks/bench_validation.py`` prints its cost against loading, scoring and training).
 """
 
 from __future__ import annotations

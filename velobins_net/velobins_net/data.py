@@ -18,6 +18,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from velobins_common.interp import interp_columns
+
 from .config import ModelConfig
 
 _RATE_REL_TOL = 1e-3
@@ -55,18 +57,6 @@ def resample(t: np.ndarray, values: np.ndarray, rate_hz: float) -> tuple[np.ndar
     n = int(np.floor((t[-1] - t[0]) * rate_hz + 1e-9)) + 1
     grid = t[0] + np.arange(n) * period
     return grid, interp_columns(grid, t, np.asarray(values, dtype=np.float64))
-
-
-def interp_columns(grid: np.ndarray, t: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """Linear interpolation of every column of x (S, C), stamped by increasing ``t``, at ``grid``;
-    held constant outside [t_0, t_end]. One vectorised pass (the streaming predictor calls it at
-    every network update)."""
-    if len(t) == 1:
-        return np.repeat(x, len(grid), axis=0)
-    j = np.clip(np.searchsorted(t, grid, side="right"), 1, len(t) - 1)
-    t0, t1 = t[j - 1], t[j]
-    w = np.clip((grid - t0) / (t1 - t0), 0.0, 1.0)[:, None]
-    return x[j - 1] * (1.0 - w) + x[j] * w
 
 
 def sequence_arrays(seq: SequenceLike, cfg: ModelConfig) -> tuple[np.ndarray, np.ndarray]:

@@ -16,11 +16,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from velobins_common.interp import interp_columns
 from velobins_common.params import load_section
 
 from .accel import kernel_status
 from .checkpoint import model_from_checkpoint, read_checkpoint
-from .data import interp_columns
 from .decoders import check_uncertainty
 from .model import VeloBinsNet
 

@@ -18,7 +18,7 @@ PAPER_NANOBENCH: dict[str, dict[str, float]] = {
     REGRESSION: {"ave": 0.196, "rte": 0.538, "ate": 1.243, "net_ave": 0.158, "net_nll": -0.78},
     HEADLINE: {"ave": 0.167, "rte": 0.440, "ate": 0.972, "net_ave": 0.121, "net_nll": -1.30},
 }
-"""The paper's NanoBench test-split figures (DESIGN.md "Paper figures to reproduce"; Table II)."""
+"""The paper's NanoBench test-split figures (docs/design.md "Paper figures to reproduce"; Table II)."""
 PAPER_NEES = {"nees_median": 3.08, "nees_in_bounds": 0.73}
 """The paper's G+H^B velocity NEES over the test sequences of all four datasets (Fig. nees, §V-C)."""
 PAPER_NEES_IN_BOUNDS_OTHERS = {"M+H^B+C": 0.64, REGRESSION: 0.61, "H^B": 0.49}
