@@ -48,7 +48,7 @@ def temp_path(path: str | Path) -> Path:
     return path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
 
 
-def _remove(path: Path) -> None:
+def remove_path(path: Path) -> None:
     """Remove a file or directory tree if it exists (best effort, for cleanup paths)."""
     with contextlib.suppress(FileNotFoundError):
         if path.is_dir() and not path.is_symlink():
@@ -74,11 +74,11 @@ def atomic_path(path: str | Path, directory: bool = False) -> Iterator[Path]:
             old = temp_path(path)
             os.replace(path, old)
             os.replace(tmp, path)
-            _remove(old)
+            remove_path(old)
         else:
             os.replace(tmp, path)
     except BaseException:
-        _remove(tmp)
+        remove_path(tmp)
         raise
 
 
@@ -222,10 +222,10 @@ def open_run_dir(directory: str | Path, layout: RunLayout, mode: str = "new", re
                 directory,
                 f"already holds a {layout.command} run ({shown}); {choices} to replace it, or choose another output",
             )
+        check_writable(directory, reserve_bytes)  # before removing anything: a failed start loses nothing
         if found and mode == "overwrite":
             for name in found:
-                _remove(directory / name)
-        check_writable(directory, reserve_bytes)
+                remove_path(directory / name)
     except BaseException:
         lock.release()
         raise
@@ -247,7 +247,7 @@ def remove_stale_temp_files(directory: str | Path) -> list[str]:
         parts = entry.name.rsplit(".", 3)
         pid = int(parts[1]) if len(parts) == 4 and parts[1].isdigit() else None
         if pid is not None and pid != os.getpid() and not _alive(pid):
-            _remove(entry)
+            remove_path(entry)
             removed.append(entry.name)
     return removed
 

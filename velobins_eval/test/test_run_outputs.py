@@ -217,3 +217,23 @@ def test_progress_bars_stay_out_of_logs(flights, tmp_path) -> None:
     assert res.returncode == 0, res.stderr
     assert "\r" not in res.stderr and "\r" not in res.stdout
     assert "epoch 1:" in res.stdout and "epoch 2:" in res.stdout
+
+
+def test_a_failed_evaluate_overwrite_keeps_the_earlier_report(flights, trained, tmp_path, monkeypatch, capsys) -> None:
+    import velobins_eval.evaluate as evaluate_module
+
+    out = tmp_path / "report"
+    (out / "plots").mkdir(parents=True)
+    (out / "plots" / "old_flight.png").write_bytes(b"old")
+    (out / "metrics.md").write_text("old table")
+    before = snapshot(out)
+
+    def fails(*args, **kwargs):
+        raise ValueError("flight.csv: the filter failed")
+
+    monkeypatch.setattr(evaluate_module, "fuse_flight", fails)
+    args = ["evaluate", "--checkpoint", str(trained / "best.pt"), "--dataset", "csv", "--data", str(flights)]
+    assert main([*args, "--out", str(out), "--no-imu-only", "--overwrite"]) == 2
+    assert "the filter failed" in capsys.readouterr().err
+    assert snapshot(out) == before
+    assert sorted(p.name for p in out.iterdir()) == ["metrics.md", "plots"]

@@ -224,7 +224,9 @@ def main_evaluate(argv: list[str] | None = None) -> int:
         read_checkpoint(ckpt)  # a missing or foreign checkpoint fails before any work
     ekf_config = load_ekf_config(args.params)
     predictor_config = load_predictor_config(args.params)  # the node's predictor.* from the same files
-    mode = output_mode(overwrite=args.overwrite)
+    # --overwrite keeps the earlier report until the new one is complete (write_report_atomically
+    # replaces it then), so a failed evaluation loses nothing: lock the directory without clearing it.
+    mode = "resume" if args.overwrite else output_mode()
     with open_run_dir(args.out, EVALUATE_LAYOUT, mode):
         torch.set_num_threads(args.threads)
         loaded = load_flights(args.dataset, args.data, allow=tuple(args.allow), cache_dir=args.cache_dir)
@@ -258,20 +260,21 @@ def main_evaluate(argv: list[str] | None = None) -> int:
 def write_report_atomically(records, gts, out_dir: Path, config: dict) -> str:
     """:func:`~velobins_eval.report.write_report` into a staging directory, then move it into ``out_dir``.
 
-    A failure while writing (disk full, Ctrl-C) leaves ``out_dir`` without a partial report.
+    A failure while writing (disk full, Ctrl-C) leaves ``out_dir`` without a partial report; an
+    earlier report there (``--overwrite``) is removed whole, every old plot included, only once
+    the new one is complete.
     """
     import shutil
 
-    from velobins_common.outputs import temp_path
+    from velobins_common.outputs import remove_path, temp_path
 
     staging = temp_path(out_dir / "report")
     try:
         table = write_report(records, gts, staging, config)
+        for name in EVALUATE_LAYOUT.existing(out_dir):
+            remove_path(out_dir / name)
         for entry in sorted(staging.iterdir()):
-            target = out_dir / entry.name
-            if target.is_dir():
-                shutil.rmtree(target)
-            os.replace(entry, target)
+            os.replace(entry, out_dir / entry.name)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return table
