@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from velobins_common.outputs import atomic_write_text
+from velobins_eval.dataset_kinds import add_allow_option
 from velobins_eval.datasets import KINDS, flight_files, guess_kind, load_sequence
 from velobins_eval.datasets.errors import UnusableFlightError
 from velobins_eval.sequence import SequenceError
@@ -227,7 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--dataset", required=True, choices=KINDS, help="adapter that reads the files")
     p.add_argument("--data", required=True, type=Path, help="one flight file or a folder (searched recursively)")
-    p.add_argument("--allow", action="append", default=[], metavar="CHECK", help="accept flights failing CHECK")
+    add_allow_option(p, "report flights that fail this check as 'allowed' instead of FAIL")
     p.add_argument("--json", type=Path, metavar="FILE", help="also write every statistic and finding as JSON")
     return p
 

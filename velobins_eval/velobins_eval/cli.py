@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .dataset_kinds import KINDS as DATASET_KINDS
+from .dataset_kinds import add_allow_option
 
 
 def _cmd_convert(args: argparse.Namespace) -> int:
@@ -63,13 +64,7 @@ def _add_convert(sub: argparse._SubParsersAction) -> None:
         "--output", required=True, type=Path, help="output bag directory (must not exist unless --overwrite)"
     )
     p.add_argument("--storage", default="mcap", choices=("mcap", "sqlite3"), help="rosbag2 storage plugin")
-    p.add_argument(
-        "--allow",
-        action="append",
-        default=[],
-        metavar="CHECK",
-        help="convert a flight that fails this plausibility check (names: velobins check --help)",
-    )
+    add_allow_option(p, "convert a flight that fails this plausibility check")
     p.add_argument(
         "--overwrite",
         action="store_true",

@@ -176,7 +176,7 @@ def evaluate_checkpoint(path: Path, seqs: list[Flight], ekf_config=None, progres
 
 def build_parser() -> argparse.ArgumentParser:
     """Options of ``velobins evaluate``."""
-    from .datasets import KINDS
+    from .dataset_kinds import KINDS, add_allow_option
 
     parser = argparse.ArgumentParser(
         prog="velobins evaluate", description="Network-only and EKF-fused metrics of checkpoints on flights."
@@ -195,13 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         help="ROS parameter file (repeatable): its velobins_ekf filter and velobins_net predictor entries apply",
     )
-    parser.add_argument(
-        "--allow",
-        action="append",
-        default=[],
-        metavar="CHECK",
-        help="accept flights that fail this plausibility check (see velobins check); recorded in config.json",
-    )
+    add_allow_option(parser, "score flights that fail this plausibility check; recorded in config.json")
     parser.add_argument(
         "--cache-dir", type=Path, help="keep parsed flights here (npz) and reuse them while the files are unchanged"
     )

@@ -20,7 +20,7 @@ from pathlib import Path
 from velobins_common.fields import add_config_options, config_values
 from velobins_common.outputs import RunLayout, open_run_dir, output_mode, remove_stale_temp_files
 
-from .dataset_kinds import KINDS
+from .dataset_kinds import KINDS, add_allow_option
 
 TRAIN_FIELDS = ("epochs", "stride", "val_stride", "batch_size", "lr", "seed", "best_metric", "velocity_range", "device")
 """TrainConfig fields that are options of ``velobins train`` (defaults and help from the dataclass)."""
@@ -43,6 +43,7 @@ def parse_cli_variant(variant: str, uncertainty: str | None):
 def build_parser() -> argparse.ArgumentParser:
     """Options of ``velobins train``; the training and model options come from their dataclasses."""
     from velobins_net.config import BIN_ENCODINGS, ModelConfig
+    from velobins_net.decoders import UNCERTAINTY_SOURCES
     from velobins_net.train import METRICS, TrainConfig
 
     p = argparse.ArgumentParser(prog="velobins train", description=__doc__.split("\n\n")[0])
@@ -55,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="G+H",
         help="Table II row: reg, H, M, G, G+H or M+H, optionally with its uncertainty source (G+H^B, M^B+C)",
     )
-    p.add_argument("--uncertainty", choices=("B", "C", "B+C"), help="replaces the variant's uncertainty source")
+    p.add_argument("--uncertainty", choices=UNCERTAINTY_SOURCES, help="replaces the variant's uncertainty source")
     add_config_options(
         p,
         ModelConfig,
@@ -78,13 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--overwrite", action="store_true", help="replace the run already in --out (best.pt, last.pt, history.json)"
     )
-    p.add_argument(
-        "--allow",
-        action="append",
-        default=[],
-        metavar="CHECK",
-        help="accept flights that fail this plausibility check (names: velobins check --help); recorded in the run",
-    )
+    add_allow_option(p, "train on flights that fail this plausibility check; recorded in the checkpoint")
     p.add_argument("--no-progress", action="store_true", help="no progress bar or per-epoch lines")
     p.add_argument(
         "--cache-dir", type=Path, help="keep parsed flights here (npz) and reuse them while the files are unchanged"

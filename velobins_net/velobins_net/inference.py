@@ -21,7 +21,7 @@ from velobins_common.params import load_section
 
 from .accel import kernel_status
 from .checkpoint import model_from_checkpoint, read_checkpoint
-from .decoders import check_uncertainty
+from .decoders import UNCERTAINTY_SOURCES, check_uncertainty
 from .model import VeloBinsNet
 
 REASONS = ("ok", "rate_limited", "insufficient_imu", "no_rotor", "rotor_stale", "out_of_order", "non_finite")
@@ -76,10 +76,6 @@ class _Ring:
         return self.t[: self.n], self.x[: self.n]
 
 
-UNCERTAINTY_SOURCES = ("", "B", "C", "B+C")
-"""Values of :attr:`PredictorConfig.uncertainty` (empty: the checkpoint's own)."""
-
-
 @dataclass(frozen=True)
 class PredictorConfig:
     """How the network runs on a stream: the one source of the runtime settings.
@@ -103,9 +99,9 @@ class PredictorConfig:
         for name in ("update_rate", "max_rotor_age", "max_imu_rate"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"PredictorConfig.{name}: must be > 0, got {getattr(self, name)!r}")
-        if self.uncertainty not in UNCERTAINTY_SOURCES:
+        if self.uncertainty and self.uncertainty not in UNCERTAINTY_SOURCES:
             raise ValueError(
-                f"PredictorConfig.uncertainty: must be one of {UNCERTAINTY_SOURCES}, got {self.uncertainty!r}"
+                f"PredictorConfig.uncertainty: must be empty or one of {UNCERTAINTY_SOURCES}, got {self.uncertainty!r}"
             )
 
 
