@@ -38,6 +38,25 @@ def hover(n: int = 400, rate: float = 100.0) -> Truth:
     return Truth(t, np.tile([0.0, 0.0, 1.0], (n, 1)), q, np.zeros((n, 3)), acc, np.zeros((n, 3)), np.full((n, 4), 0.6))
 
 
+def hover_flight(name: str = "hover", t0: float = 1000.0, n: int = 400, **metadata):
+    """:func:`hover` as a plausible PWM :class:`~velobins_eval.sequence.Flight` starting at ``t0``."""
+    from velobins_eval.sequence import Flight
+
+    tr = hover(n=n)
+    return Flight(
+        name=name,
+        t=tr.t - tr.t[0] + t0,
+        acc=tr.acc,
+        gyro=tr.gyro,
+        rotor=tr.rotor,
+        rotor_kind="pwm",
+        p=tr.p,
+        q=tr.q,
+        v=tr.v,
+        metadata=metadata,
+    )
+
+
 def yaw90_forward_x(n: int = 400, rate: float = 100.0, speed: float = 1.0) -> Truth:
     """Level flight along world +x at ``speed`` with yaw 90° (nose along +y): body v = (0, -speed, 0)."""
     t = 1000.0 + np.arange(n) / rate

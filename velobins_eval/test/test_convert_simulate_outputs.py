@@ -39,19 +39,7 @@ def hidden(root: Path) -> list[str]:
 
 
 def hover_seq(name: str = "hover", t0: float = 1000.0, n: int = 400) -> Flight:
-    tr = fx.hover(n=n)
-    return Flight(
-        name=name,
-        t=tr.t - tr.t[0] + t0,
-        acc=tr.acc,
-        gyro=tr.gyro,
-        rotor=tr.rotor,
-        rotor_kind="pwm",
-        p=tr.p,
-        q=tr.q,
-        v=tr.v,
-        metadata={"platform": "quad", "dataset": "unit", "source": f"{name}.csv"},
-    )
+    return fx.hover_flight(name, t0, n, platform="quad", dataset="unit", source=f"{name}.csv")
 
 
 def flight_csv(folder: Path, name: str = "hover") -> Path:

@@ -18,7 +18,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from fixtures_datasets import hover
+from fixtures_datasets import hover_flight
 
 from velobins_common.outputs import LOCK_NAME
 from velobins_eval.cli import main
@@ -32,19 +32,7 @@ FLIGHTS = {"train": ("sim_circle_000", "sim_helix_001"), "val": ("sim_oval_002",
 
 
 def _flight(name: str) -> Flight:
-    truth = hover(n=400)
-    return Flight(
-        name=name,
-        t=truth.t,
-        acc=truth.acc,
-        gyro=truth.gyro,
-        rotor=truth.rotor,
-        rotor_kind="pwm",
-        p=truth.p,
-        q=truth.q,
-        v=truth.v,
-        metadata={"platform": "nano", "gravity": 9.80665, "dataset": "sim"},
-    )
+    return hover_flight(name, platform="nano", gravity=9.80665, dataset="sim")
 
 
 @pytest.fixture
