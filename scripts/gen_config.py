@@ -66,7 +66,7 @@ def render() -> str:
         ("velobins_replay", ReplayConfig(), []),
         ("velobins_eval", EvalNodeConfig(), []),
     ):  # fmt: skip
-        out += [f"{node}:", "  ros__parameters:"]
+        out += [f"/**/{node}:", "  ros__parameters:"]
         out += _fields(config, "    ")
         for name, comment, section in sections:
             out += [f"    # {comment}", f"    {name}:"]

@@ -145,3 +145,128 @@ def _default(field: dataclasses.Field) -> Any:
 def config_values(args: argparse.Namespace, fields: Iterable[str]) -> dict[str, Any]:
     """The parsed values of :func:`add_config_options` fields, as keyword arguments of the config."""
     return {name: getattr(args, name) for name in fields}
+
+
+# ----------------------------------------------------------------------------- parameter specs
+PARAM_SPEC = "velobins_param"
+"""Key of :class:`ParamSpec` in a dataclass field's ``metadata``."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ParamSpec:
+    """What a node (and every other reader) enforces on one config field besides its type.
+
+    Attributes:
+        min: smallest allowed value (numbers), inclusive; None for no bound.
+        max: largest allowed value (numbers), inclusive; None for no bound.
+        choices: the allowed values (strings); None for any.
+        live: the node applies a change at run time (``ros2 param set``); otherwise the parameter
+            is read-only after start-up (a change needs a restart).
+    """
+
+    min: float | None = None
+    max: float | None = None
+    choices: tuple[Any, ...] | None = None
+    live: bool = False
+
+    def describe(self) -> str:
+        """Human-readable constraint (parameter descriptors, docs tables), '' if none."""
+        parts = []
+        if self.min is not None or self.max is not None:
+            lo = "-inf" if self.min is None else f"{self.min:g}"
+            hi = "inf" if self.max is None else f"{self.max:g}"
+            parts.append(f"[{lo}, {hi}]")
+        if self.choices is not None:
+            parts.append("one of " + ", ".join(repr(c) for c in self.choices))
+        return " ".join(parts)
+
+
+def param(
+    default: Any,
+    *,
+    min: float | None = None,
+    max: float | None = None,
+    choices: Iterable[Any] | None = None,
+    live: bool = False,
+) -> Any:
+    """A dataclass field with a :class:`ParamSpec`: ``rate: float = param(20.0, min=0.1, live=True)``.
+
+    The spec travels with the one definition of the field, so the node's parameter descriptor
+    (range, read-only), its run-time check, the generated YAML and docs, and the offline YAML
+    reader all enforce the same limits.
+    """
+    spec = ParamSpec(min=min, max=max, choices=tuple(choices) if choices is not None else None, live=live)
+    if isinstance(default, list | dict | set):
+        raise TypeError("param(): use a tuple for a sequence default (dataclass defaults must be immutable)")
+    return dataclasses.field(default=default, metadata={PARAM_SPEC: spec})
+
+
+def param_spec(field: dataclasses.Field) -> ParamSpec:
+    """The field's :class:`ParamSpec` (an empty one for a plain field: no bounds, not live)."""
+    return field.metadata.get(PARAM_SPEC, ParamSpec())
+
+
+def coerce_value(cls: type, name: str, value: Any, label: str | None = None) -> Any:
+    """``value`` converted to the type of field ``name`` of dataclass ``cls`` and checked against its
+    :class:`ParamSpec`; the one place both the nodes and the offline YAML reader check a value.
+
+    Ints are accepted for floats (``odom_rate:=50``); booleans are never numbers; a sequence field
+    takes any list/tuple of its element type. Raises ``ValueError`` naming the field, the expected
+    type or range, and the value (as ``label``, e.g. the prefixed ROS parameter name, if given).
+    """
+    try:
+        return _coerce(cls, name, value)
+    except ValueError as exc:
+        if label is None or label == name:
+            raise
+        raise ValueError(str(exc).replace(f"'{name}'", f"'{label}'", 1)) from None
+
+
+def _coerce(cls: type, name: str, value: Any) -> Any:
+    field = next((f for f in dataclasses.fields(cls) if f.name == name), None)
+    if field is None:
+        raise ValueError(f"unknown parameter '{name}'")
+    kind = typing.get_type_hints(cls)[name]
+    args = typing.get_args(kind)
+    if type(None) in args:
+        if value is None:
+            return None
+        kind = next(a for a in args if a is not type(None))
+    origin = typing.get_origin(kind)
+    if origin is tuple or kind is tuple:
+        element = (typing.get_args(kind) or (float,))[0]
+        if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+            raise ValueError(f"'{name}': expected a list of {element.__name__}, got {value!r}")
+        out = tuple(_scalar(name, element, v) for v in value)
+    else:
+        out = _scalar(name, kind, value)
+    spec = param_spec(field)
+    for v in out if isinstance(out, tuple) else (out,):
+        if spec.min is not None and isinstance(v, int | float) and not v >= spec.min:
+            raise ValueError(f"'{name}': must be >= {spec.min:g}, got {v!r}")
+        if spec.max is not None and isinstance(v, int | float) and not v <= spec.max:
+            raise ValueError(f"'{name}': must be <= {spec.max:g}, got {v!r}")
+        if spec.choices is not None and v not in spec.choices:
+            raise ValueError(f"'{name}': must be {spec.describe()}, got {v!r}")
+    return out
+
+
+def _scalar(name: str, kind: type, value: Any) -> Any:
+    """One value as ``kind`` (bool, int, float or str) with ROS's rules plus int → float."""
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+    elif kind is float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+    elif kind is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif kind is str:
+        if isinstance(value, str):
+            return value
+        hint = " (quote it, e.g. name:=\"'001'\", or use value_type=str in a launch file)"
+        raise ValueError(f"'{name}': expected a string, got {type(value).__name__} {value!r}{hint}")
+    else:
+        return value
+    raise ValueError(f"'{name}': expected {kind.__name__}, got {type(value).__name__} {value!r}")

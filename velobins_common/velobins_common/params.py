@@ -15,6 +15,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TypeVar
 
+from .fields import coerce_value
+
 T = TypeVar("T")
 
 
@@ -44,29 +46,35 @@ def _apply_file(config: T, path: Path, node: str, section: str) -> T:
         line = f" (line {where.line + 1})" if where is not None else ""
         raise ValueError(f"{path}: not a valid YAML parameter file{line}: {exc.__class__.__name__}") from None
     doc = doc or {}
-    entry = doc.get(node) if isinstance(doc, dict) else None
-    params = entry.get("ros__parameters") if isinstance(entry, dict) else None
-    overrides = params.get(section) if isinstance(params, dict) else None
-    if not isinstance(doc, dict) or (overrides is not None and not isinstance(overrides, dict)):
-        raise ValueError(f"{path}: expected '{node}: ros__parameters: {section}:' to be a mapping")
-    overrides = overrides or {}
-    types = {f.name: type(getattr(config, f.name)) for f in dataclasses.fields(config)}
-    unknown = set(overrides) - set(types)
+    if not isinstance(doc, dict):
+        raise ValueError(f"{path}: expected a mapping of node names at the top level")
+    overrides: dict = {}
+    keys = node_keys(node)
+    for key in (k for k in doc if k in keys):  # in file order, as rcl applies them
+        entry = doc.get(key)
+        params = entry.get("ros__parameters") if isinstance(entry, dict) else None
+        found = params.get(section) if isinstance(params, dict) else None
+        if found is not None and not isinstance(found, dict):
+            raise ValueError(f"{path}: expected '{key}: ros__parameters: {section}:' to be a mapping")
+        overrides.update(found or {})
+    names = {f.name for f in dataclasses.fields(config)}
+    unknown = set(overrides) - names
     if unknown:
         raise ValueError(f"{path}: unknown {node} {section} parameter(s) {sorted(unknown)}")
+    values = {}
     for key, value in overrides.items():
-        if not _fits(types[key], value):
-            raise ValueError(f"{path}: field '{node}.{section}.{key}': expected a {types[key].__name__}, got {value!r}")
+        try:
+            values[key] = coerce_value(type(config), key, value, label=f"{node}.{section}.{key}")
+        except ValueError as exc:
+            raise ValueError(f"{path}: field {exc}") from None
     try:
-        return dataclasses.replace(config, **{k: types[k](v) for k, v in overrides.items()})
+        return dataclasses.replace(config, **values)
     except ValueError as exc:
         raise ValueError(f"{path}: {exc}") from None
 
 
-def _fits(kind: type, value: object) -> bool:
-    """Whether a YAML value has the parameter's type (ints are accepted for floats, as ROS does)."""
-    if kind is bool or isinstance(value, bool):
-        return kind is bool and isinstance(value, bool)
-    if kind in (int, float):
-        return isinstance(value, int | float) and (kind is float or isinstance(value, int))
-    return isinstance(value, kind)
+def node_keys(node: str) -> tuple[str, ...]:
+    """The top-level keys of a ROS parameter file that apply to node ``node`` when it runs in the root
+    namespace (offline readers): ``/**``, ``/**/node``, ``node`` and ``/node``. Under a namespace
+    only the first two match (that is why the shipped files use ``/**/node:``)."""
+    return ("/**", f"/**/{node}", node, f"/{node}")

@@ -7,18 +7,21 @@ conversions, QoS profiles, and counting what a node drops. No algorithm lives he
 from __future__ import annotations
 
 import dataclasses
+import signal
 import time
+import typing
 from collections import Counter
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import rclpy
-from rcl_interfaces.msg import ParameterDescriptor, SetParametersResult
+from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor, SetParametersResult
 from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from rclpy.signals import SignalHandlerOptions
 
-from velobins_common.fields import field_docs
+from velobins_common.fields import ParamSpec, coerce_value, field_docs, param_spec
 
 T = TypeVar("T")
 
@@ -37,26 +40,121 @@ def sensor_qos(depth: int) -> QoSProfile:
     return qos
 
 
-def declare_config(node: Node, config: T, prefix: str = "", skip: tuple[str, ...] = ()) -> T:
+_FLOAT_LIMIT = 1.7976931348623157e308
+_INT_LIMIT = 2**63 - 1
+
+
+def _descriptor(spec: ParamSpec, kind: Any, description: str, read_only: bool) -> ParameterDescriptor:
+    """Descriptor of one config field: its doc, its range (``ros2 param describe``), read-only or not.
+
+    Typing is dynamic so that an int given for a float (``odom_rate:=50``) is accepted; the type
+    and range are checked by :func:`velobins_common.fields.coerce_value` instead, for every reader.
+    """
+    d = ParameterDescriptor(
+        description=description,
+        additional_constraints=spec.describe(),
+        read_only=read_only,
+        dynamic_typing=True,
+    )
+    if spec.min is not None or spec.max is not None:
+        if kind is int:
+            lo = -_INT_LIMIT if spec.min is None else int(spec.min)
+            hi = _INT_LIMIT if spec.max is None else int(spec.max)
+            d.integer_range = [IntegerRange(from_value=lo, to_value=hi, step=0)]
+        elif kind is float:
+            lo = -_FLOAT_LIMIT if spec.min is None else float(spec.min)
+            hi = _FLOAT_LIMIT if spec.max is None else float(spec.max)
+            d.floating_point_range = [FloatingPointRange(from_value=lo, to_value=hi, step=0.0)]
+    return d
+
+
+def declare_config(
+    node: Node,
+    config: T,
+    prefix: str = "",
+    skip: tuple[str, ...] = (),
+    on_change: Callable[[T], None] | None = None,
+) -> T:
     """Declare one ROS parameter per field of the dataclass ``config`` and return it filled from them.
 
-    Defaults come from ``config`` (the core's dataclass: one source of truth), descriptions from
-    the fields' docstrings. Tuples/lists become array parameters. The node's parameter file
-    (``--params-file``) overrides the defaults; the filled dataclass validates itself on creation.
+    Defaults come from ``config`` (the core's dataclass: one source of truth), descriptions, ranges
+    and the live flag from the fields (:func:`velobins_common.fields.param`). Tuples become array
+    parameters. The parameter files (``--params-file``) override the defaults; every value is
+    checked (type, range, choices) with an error naming the parameter, and the filled dataclass
+    validates itself on creation.
+
+    Fields marked ``live`` can be changed at run time when ``on_change`` is given: a change is
+    checked like a start-up value and, once accepted, ``on_change`` receives the new dataclass.
+    Every other parameter is declared read-only (a change needs a restart, and ``ros2 param set``
+    says so).
     """
-    docs = field_docs(type(config))
+    cls = type(config)
+    docs = field_docs(cls)
+    hints = typing.get_type_hints(cls)
     values: dict[str, Any] = {}
+    by_param: dict[str, dataclasses.Field] = {}
     for f in dataclasses.fields(config):
         if f.name in skip or not f.init:
             continue
+        spec = param_spec(f)
         default = getattr(config, f.name)
         if isinstance(default, tuple):
             default = list(default)
         name = prefix + f.name
-        node.declare_parameter(name, default, ParameterDescriptor(description=docs.get(f.name, "")))
-        value = node.get_parameter(name).value
-        values[f.name] = tuple(value) if isinstance(getattr(config, f.name), tuple) else value
-    return dataclasses.replace(config, **values)
+        kind = hints[f.name]
+        descriptor = _descriptor(spec, kind, docs.get(f.name, ""), read_only=not (spec.live and on_change))
+        # Declared without its range first, so that a bad start value gets our message (naming the
+        # parameter and the bound) rather than rclpy's; the range is attached once it is checked.
+        # (read-only is attached last as well: rclpy refuses to change a read-only descriptor.)
+        plain = ParameterDescriptor(description=descriptor.description, dynamic_typing=True)
+        node.declare_parameter(name, default, plain)
+        values[f.name] = coerce_value(cls, f.name, node.get_parameter(name).value, label=name)
+        node.set_descriptor(name, descriptor)
+        by_param[name] = f
+    try:
+        current = dataclasses.replace(config, **values)
+    except ValueError as exc:
+        raise ValueError(f"{node.get_name()} parameters{' ' + prefix.rstrip('.') if prefix else ''}: {exc}") from None
+    if on_change is not None:
+        _watch_config(node, current, by_param, on_change)
+    return current
+
+
+def _watch_config(node: Node, current: Any, by_param: dict[str, dataclasses.Field], on_change: Callable) -> None:
+    """Check run-time changes of ``current``'s live fields and hand the accepted config to ``on_change``."""
+    state = {"config": current, "pending": None}
+    cls = type(current)
+
+    def changed(params: list) -> dict[str, Any]:
+        out = {}
+        for p in params:
+            f = by_param.get(p.name)
+            if f is None:
+                continue
+            if not param_spec(f).live:
+                raise ValueError(f"'{p.name}' is read at start-up only; restart the node to change it")
+            out[f.name] = coerce_value(cls, f.name, p.value, label=p.name)
+        return out
+
+    def check(params: list) -> SetParametersResult:
+        try:
+            changes = changed(params)
+            state["pending"] = dataclasses.replace(state["config"], **changes) if changes else None
+        except ValueError as exc:
+            state["pending"] = None
+            return SetParametersResult(successful=False, reason=str(exc))
+        return SetParametersResult(successful=True)
+
+    def apply(params: list) -> None:
+        new = state["pending"]
+        if new is None or not any(p.name in by_param for p in params):
+            return
+        state["config"], state["pending"] = new, None
+        on_change(new)
+        node.get_logger().info("parameters changed: " + ", ".join(f"{p.name}={p.value!r}" for p in params))
+
+    node.add_on_set_parameters_callback(check)
+    node.add_post_set_parameters_callback(apply)
 
 
 def reject_runtime_changes(node: Node, names: set[str]) -> None:
@@ -125,13 +223,24 @@ class DropCounter:
         )
 
 
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
 def run_node(factory: Callable[[], Node], name: str, args: list[str] | None = None) -> None:
     """``main`` of a spinning node: init, build, spin until Ctrl-C / shutdown, log drops, clean up.
 
     A node that cannot start (bad checkpoint, invalid parameter) logs one fatal line with the reason
     and exits with status 1 instead of a traceback.
+
+    rclpy's own signal handler is off: it shuts the context down on SIGINT before the node can log
+    its drop summary, which then fails with "Failed to publish log message to rosout". Here SIGINT
+    (Ctrl-C, ``ros2 launch`` stopping) and SIGTERM raise KeyboardInterrupt in the spin instead, so
+    the summary goes out on a live context and the node then shuts down in order.
     """
-    rclpy.init(args=args)
+    rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
+    signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGTERM, _interrupt)
     node = None
     try:
         node = factory()
