@@ -26,6 +26,7 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy
 from scipy.spatial.transform import Rotation
 from std_msgs.msg import Bool
 
+from velobins_common.fields import param
 from velobins_msgs.msg import VelocityEstimate
 from velobins_ros import LATCHED_QOS, DropCounter, declare_config, stamp_to_sec
 
@@ -43,25 +44,25 @@ class EvalNodeConfig:
     """Method name of this run in the report."""
     flight: str = "flight"
     """Flight name in the report."""
-    velocity_topic: str = "/velobins/velocity"
+    velocity_topic: str = "velobins/velocity"
     """Network estimates (velobins_msgs/VelocityEstimate)."""
-    update_topic: str = "/velobins/ekf/update"
+    update_topic: str = "velobins/ekf/update"
     """EKF state right after each update (nav_msgs/Odometry, twist in odom, with covariance)."""
-    odometry_topic: str = "/velobins/odometry"
+    odometry_topic: str = "velobins/odometry"
     """Fused odometry (nav_msgs/Odometry)."""
-    ground_truth_topic: str = "/ground_truth/odometry"
+    ground_truth_topic: str = "ground_truth/odometry"
     """Ground truth from the bag (nav_msgs/Odometry, twist in the body frame)."""
-    ground_truth_path_topic: str = "/ground_truth/path"
+    ground_truth_path_topic: str = "ground_truth/path"
     """Ground truth republished as nav_msgs/Path for RViz (empty disables it)."""
-    finished_topic: str = "/velobins/replay/finished"
+    finished_topic: str = "velobins/replay/finished"
     """Latched flag of the replay node; True triggers the report."""
-    finish_grace: float = 1.0
+    finish_grace: float = param(1.0, min=0.0, max=600.0)
     """Wall seconds to wait after the finished flag for the last estimates in flight [s]."""
     exit_after_report: bool = True
     """Shut down once the report is written (the replay launch then ends)."""
     plots: bool = True
     """Write the per-flight PNG plots."""
-    queue_depth: int = 1000
+    queue_depth: int = param(1000, min=1, max=100000)
     """Depth of the recording subscriptions (a report must not lose messages to a busy moment)."""
 
 

@@ -64,10 +64,15 @@ def run_graph(
     extra_params: dict[str, dict[str, object]] | None = None,
     timeout: float = 300.0,
     domain_id: int | None = None,
+    namespace: str = "",
+    params_files: list[str | Path] | None = None,
 ) -> GraphRun:
     """Replay ``bag`` through net + EKF + eval nodes; return the eval node's report.
 
-    ``extra_params`` maps an executable name to additional ``-p name:=value`` overrides.
+    ``extra_params`` maps an executable name to additional ``-p name:=value`` overrides;
+    ``params_files`` are overlays loaded after the shipped files (as ``params_file:=`` in a launch);
+    ``namespace`` (e.g. ``/drone1``) puts all four nodes and their relative topics under it, as
+    ``namespace:=`` does in the launch files, so several graphs can share one domain.
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -82,13 +87,14 @@ def run_graph(
     }
     for exe, values in (extra_params or {}).items():
         params.setdefault(exe, {}).update(values)
-    files = [a for f in config_files() for a in ("--params-file", str(f))]
+    files = [a for f in [*config_files(), *(params_files or [])] for a in ("--params-file", str(f))]
+    remap = ["-r", f"__ns:={namespace}"] if namespace else []
     procs: dict[str, subprocess.Popen] = {}
     logs: dict[str, Path] = {}
     start = time.monotonic()
     try:
         for package, exe in NODES:
-            cmd = [str(executable(package, exe)), "--ros-args", *files]
+            cmd = [str(executable(package, exe)), "--ros-args", *remap, *files]
             for name, value in params.get(exe, {}).items():
                 cmd += ["-p", f"{name}:={_ros_value(value)}"]
             logs[exe] = out_dir / f"{exe}.log"

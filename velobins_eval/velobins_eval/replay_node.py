@@ -26,6 +26,7 @@ from rosbags.rosbag2 import Reader
 from rosgraph_msgs.msg import Clock
 from std_msgs.msg import Bool
 
+from velobins_common.fields import param
 from velobins_ros import LATCHED_QOS, declare_config
 
 from . import bag
@@ -37,25 +38,26 @@ class ReplayConfig:
 
     bag: str = ""
     """Bag directory written by ``velobins convert``."""
-    rate: float = 1.0
+    rate: float = param(1.0, min=1e-3, max=1000.0)
     """Playback speed factor (wall seconds per bag second = 1 / rate)."""
-    start_offset: float = 0.0
+    start_offset: float = param(0.0, min=0.0)
     """Seconds of the bag to skip at the start."""
     loop: bool = False
     """Restart at the end (bag time jumps backwards on every loop)."""
     publish_clock: bool = True
-    """Publish /clock from the bag stamps (for use_sim_time)."""
+    """Publish /clock from the bag stamps (for use_sim_time). /clock is global: with several vehicles
+    replayed on one domain, let one replay publish it."""
     exit_on_end: bool = True
     """Shut the node down once the flight has been published (not with loop)."""
-    start_delay: float = 1.0
+    start_delay: float = param(1.0, min=0.0, max=600.0)
     """Wall seconds to wait before the first message, so subscribers can discover the publishers."""
-    finished_topic: str = "/velobins/replay/finished"
+    finished_topic: str = "velobins/replay/finished"
     """Latched std_msgs/Bool published True after the last message."""
-    wait_for_imu_subscribers: int = 0
-    """Before the first message, wait until /imu has this many subscribers (e.g. 2: network + EKF)."""
-    wait_for_ground_truth_subscribers: int = 0
-    """... and /ground_truth/odometry this many (e.g. 2: an EKF started from ground truth + the eval node)."""
-    wait_timeout: float = 60.0
+    wait_for_imu_subscribers: int = param(0, min=0, max=100)
+    """Before the first message, wait until imu has this many subscribers (e.g. 2: network + EKF)."""
+    wait_for_ground_truth_subscribers: int = param(0, min=0, max=100)
+    """... and ground_truth/odometry this many (e.g. 2: an EKF started from ground truth + the eval node)."""
+    wait_timeout: float = param(60.0, min=0.0)
     """Longest wait for those subscribers [s]; then the replay starts anyway, with a warning."""
 
 
@@ -71,8 +73,6 @@ class ReplayNode(Node):
         self.config = declare_config(self, ReplayConfig())
         if not self.config.bag:
             raise ValueError("parameter 'bag' is required (a rosbag2 directory)")
-        if self.config.rate <= 0:
-            raise ValueError(f"parameter 'rate' must be > 0, got {self.config.rate}")
         self.messages, self.publishers_by_topic = self._load(Path(self.config.bag))
         self.clock_pub = self.create_publisher(Clock, "/clock", 10)
         self.finished_pub = self.create_publisher(Bool, self.config.finished_topic, LATCHED_QOS)
@@ -92,7 +92,9 @@ class ReplayNode(Node):
             for conn in conns:
                 msg_type = _ros_type(conn.msgtype)
                 qos = qos_profile_sensor_data if _sensor_topic(conn.topic) else 10
-                pubs[conn.topic] = self.create_publisher(msg_type, conn.topic, qos)
+                # The bag's absolute names (/imu) published relative (imu): under a namespace the
+                # replay feeds that vehicle's nodes (/drone1/imu).
+                pubs[conn.topic] = self.create_publisher(msg_type, conn.topic.lstrip("/"), qos)
             for conn, log_ns, raw in reader.messages(connections=conns):
                 msgs.append((log_ns, conn.topic, bytes(raw)))
         # Log-time order, as `ros2 bag play`: header stamps may repeat or jump (faults, loops).
