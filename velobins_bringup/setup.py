@@ -16,6 +16,7 @@ setup(
         ("share/" + PACKAGE, ["package.xml"]),
         (os.path.join("share", PACKAGE, "launch"), glob("launch/*.py")),
         (os.path.join("share", PACKAGE, "config"), glob("config/*.yaml")),
+        (os.path.join("share", PACKAGE, "config", "rotor_bridge"), glob("config/rotor_bridge/*.yaml")),
         (os.path.join("share", PACKAGE, "rviz"), glob("rviz/*.rviz")),
     ],
     install_requires=["setuptools"],

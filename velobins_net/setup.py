@@ -20,6 +20,9 @@ setup(
     description="VeloBins network: encoder, bin decoder, labels, losses, training, inference, node.",
     license="BSD-3-Clause",
     entry_points={
-        "console_scripts": ["velobins_net_node = velobins_net.node:main"],
+        "console_scripts": [
+            "velobins_net_node = velobins_net.node:main",
+            "velobins_rotor_bridge = velobins_net.bridge_node:main",
+        ],
     },
 )
