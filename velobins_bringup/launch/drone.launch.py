@@ -1,61 +1,82 @@
 """VeloBins on a vehicle: the network node and the EKF node, parameters from one YAML.
 
-    ros2 launch velobins_bringup drone.launch.py model_path:=/path/to/velobins.ckpt
+    ros2 launch velobins_bringup drone.launch.py model_path:=/path/to/best.pt
+    ros2 launch velobins_bringup drone.launch.py model_path:=/models/best.pt namespace:=/drone1 \
+        frame_prefix:=drone1/ rotor_bridge:=mavros_esc_status
 
-Arguments: ``model_path`` (checkpoint from ``velobins train``), ``params_file`` (defaults to
-``config/velobins.yaml`` of this package), ``use_sim_time`` (true when replaying a bag with /clock),
-``rviz`` (start RViz with ``rviz/velobins.rviz``).
+Arguments (``--show-args``; table in docs/ros_interface.md): ``model_path`` (required),
+``namespace``, ``params_file``, ``log_level``, ``frame_prefix``, ``use_sim_time``,
+``rotor_bridge`` (a preset of config/rotor_bridge/) and ``rviz``. They are defined once in
+``velobins_bringup/launch_args.py`` and reach the nodes typed (``flight:=001`` stays a string).
 """
 
 import os
 
-from ament_index_python.packages import get_package_share_directory
 from launch import LaunchDescription
-from launch.actions import DeclareLaunchArgument
-from launch.conditions import IfCondition
+from launch.conditions import IfCondition, LaunchConfigurationNotEquals
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
-from launch_ros.parameter_descriptions import ParameterValue
+
+from velobins_bringup.launch_args import (
+    BRIDGE,
+    DRONE_ARGS,
+    EKF,
+    NET,
+    declarations,
+    node_parameters,
+    ros_arguments,
+    share_dir,
+    typed,
+)
 
 
 def generate_launch_description() -> LaunchDescription:
-    share = get_package_share_directory("velobins_bringup")
-    params_file = LaunchConfiguration("params_file")
-    use_sim_time = ParameterValue(LaunchConfiguration("use_sim_time"), value_type=bool)
+    share = share_dir()
+    arg = LaunchConfiguration
+    sim_time = {"use_sim_time": typed("use_sim_time", bool)}
+
+    def node(package: str, executable: str, name: str, parameters: list, **kwargs) -> Node:
+        return Node(
+            package=package,
+            executable=executable,
+            name=name,
+            namespace=arg("namespace"),
+            output="screen",
+            parameters=parameters,
+            ros_arguments=ros_arguments(),
+            **kwargs,
+        )
+
     return LaunchDescription(
         [
-            DeclareLaunchArgument(
-                "params_file",
-                default_value=os.path.join(share, "config", "velobins.yaml"),
-                description="YAML with the parameters of all VeloBins nodes",
+            *declarations(DRONE_ARGS),
+            node(
+                "velobins_net",
+                "velobins_net_node",
+                NET,
+                [arg("params_file"), {**node_parameters(DRONE_ARGS, NET), **sim_time}],
             ),
-            DeclareLaunchArgument("model_path", description="VeloBins checkpoint (.pt) from `velobins train`"),
-            DeclareLaunchArgument("use_sim_time", default_value="false", description="follow /clock (bag replay)"),
-            DeclareLaunchArgument("rviz", default_value="false", description="start RViz"),
-            Node(
-                package="velobins_net",
-                executable="velobins_net_node",
-                name="velobins_net",
-                output="screen",
-                parameters=[
-                    params_file,
-                    {"model_path": LaunchConfiguration("model_path"), "use_sim_time": use_sim_time},
-                ],
+            node(
+                "velobins_ekf",
+                "velobins_ekf_node",
+                EKF,
+                [arg("params_file"), {**node_parameters(DRONE_ARGS, EKF), **sim_time}],
             ),
-            Node(
-                package="velobins_ekf",
-                executable="velobins_ekf_node",
-                name="velobins_ekf",
-                output="screen",
-                parameters=[params_file, {"use_sim_time": use_sim_time}],
+            node(
+                "velobins_net",
+                "velobins_rotor_bridge",
+                BRIDGE,
+                [[os.path.join(share, "config", "rotor_bridge", ""), arg("rotor_bridge"), ".yaml"], sim_time],
+                condition=LaunchConfigurationNotEquals("rotor_bridge", ""),
             ),
             Node(
                 package="rviz2",
                 executable="rviz2",
                 name="rviz2",
+                namespace=arg("namespace"),
                 arguments=["-d", os.path.join(share, "rviz", "velobins.rviz")],
-                parameters=[{"use_sim_time": use_sim_time}],
-                condition=IfCondition(LaunchConfiguration("rviz")),
+                parameters=[sim_time],
+                condition=IfCondition(arg("rviz")),
             ),
         ]
     )

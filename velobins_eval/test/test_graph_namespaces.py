@@ -45,10 +45,12 @@ def _query_parameters(domain: int, nodes: list[str], name: str, timeout: float) 
     import rclpy
     from rcl_interfaces.srv import GetParameters
     from rclpy.context import Context
+    from rclpy.executors import SingleThreadedExecutor
     from rclpy.signals import SignalHandlerOptions
 
     ctx = Context()
     rclpy.init(args=[], context=ctx, domain_id=domain, signal_handler_options=SignalHandlerOptions.NO)
+    executor = SingleThreadedExecutor(context=ctx)
     node = rclpy.create_node("namespace_test_client", context=ctx)
     found: dict[str, float] = {}
     try:
@@ -59,7 +61,7 @@ def _query_parameters(domain: int, nodes: list[str], name: str, timeout: float) 
                 if n in found or not client.wait_for_service(timeout_sec=0.2):
                     continue
                 future = client.call_async(GetParameters.Request(names=[name]))
-                rclpy.spin_until_future_complete(node, future, timeout_sec=2.0, executor=None)
+                rclpy.spin_until_future_complete(node, future, executor=executor, timeout_sec=2.0)
                 if future.done() and future.result() is not None and future.result().values:
                     found[n] = future.result().values[0].double_value
     finally:

@@ -20,7 +20,6 @@ import rclpy
 from geometry_msgs.msg import PoseStamped
 from nav_msgs.msg import Odometry
 from nav_msgs.msg import Path as PathMsg
-from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from scipy.spatial.transform import Rotation
@@ -28,7 +27,7 @@ from std_msgs.msg import Bool
 
 from velobins_common.fields import param
 from velobins_msgs.msg import VelocityEstimate
-from velobins_ros import LATCHED_QOS, DropCounter, declare_config, stamp_to_sec
+from velobins_ros import LATCHED_QOS, DropCounter, declare_config, run_node, stamp_to_sec
 
 from .report import write_report
 from .scoring import FlightRecord, GroundTruth
@@ -203,23 +202,17 @@ def _sorted_unique(rows: np.ndarray) -> np.ndarray:
     return rows[last]
 
 
+def _spin(node: EvalNode) -> None:
+    """Spin until the report is written (when exit_after_report), writing it once it is due."""
+    while rclpy.ok() and not (node.due() and node.config.exit_after_report and node.report_written):
+        rclpy.spin_once(node, timeout_sec=0.1)
+        if node.due():
+            node.write()
+
+
 def main(args: list[str] | None = None) -> None:
-    rclpy.init(args=args)
-    node = None
-    try:
-        node = EvalNode()
-        while rclpy.ok() and not (node.due() and node.config.exit_after_report and node.report_written):
-            rclpy.spin_once(node, timeout_sec=0.1)
-            if node.due():
-                node.write()
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        if node is not None:
-            node.write()  # also on Ctrl-C: whatever was recorded is scored
-            node.destroy_node()
-        if rclpy.ok():
-            rclpy.shutdown()
+    # on_stop: also on Ctrl-C, whatever was recorded is scored.
+    run_node(EvalNode, "velobins_eval", args, spin=_spin, on_stop=lambda node: node.write())
 
 
 if __name__ == "__main__":

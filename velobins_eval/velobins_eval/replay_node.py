@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import rclpy
-from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
 from rosbags.rosbag2 import Reader
@@ -27,7 +26,7 @@ from rosgraph_msgs.msg import Clock
 from std_msgs.msg import Bool
 
 from velobins_common.fields import param
-from velobins_ros import LATCHED_QOS, declare_config
+from velobins_ros import LATCHED_QOS, declare_config, run_node
 
 from . import bag
 
@@ -165,22 +164,16 @@ def _ros_type(msgtype: str):
     return getattr(importlib.import_module(f"{pkg}.msg"), name)
 
 
+def _spin(node: ReplayNode) -> None:
+    """Spin until the flight has been published (unless looping or told to stay up)."""
+    while rclpy.ok() and not (node.done.is_set() and node.config.exit_on_end and not node.config.loop):
+        rclpy.spin_once(node, timeout_sec=0.1)
+    if node.done.is_set():
+        time.sleep(0.5)  # let the latched finished flag and the last messages go out
+
+
 def main(args: list[str] | None = None) -> None:
-    rclpy.init(args=args)
-    node = None
-    try:
-        node = ReplayNode()
-        while rclpy.ok() and not (node.done.is_set() and node.config.exit_on_end and not node.config.loop):
-            rclpy.spin_once(node, timeout_sec=0.1)
-        if node.done.is_set():
-            time.sleep(0.5)  # let the latched finished flag and the last messages go out
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        if node is not None:
-            node.destroy_node()
-        if rclpy.ok():
-            rclpy.shutdown()
+    run_node(ReplayNode, "velobins_replay", args, spin=_spin)
 
 
 if __name__ == "__main__":

@@ -227,7 +227,13 @@ def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
-def run_node(factory: Callable[[], Node], name: str, args: list[str] | None = None) -> None:
+def run_node(
+    factory: Callable[[], Node],
+    name: str,
+    args: list[str] | None = None,
+    spin: Callable[[Any], None] | None = None,
+    on_stop: Callable[[Any], None] | None = None,
+) -> None:
     """``main`` of a spinning node: init, build, spin until Ctrl-C / shutdown, log drops, clean up.
 
     A node that cannot start (bad checkpoint, invalid parameter) logs one fatal line with the reason
@@ -237,6 +243,9 @@ def run_node(factory: Callable[[], Node], name: str, args: list[str] | None = No
     its drop summary, which then fails with "Failed to publish log message to rosout". Here SIGINT
     (Ctrl-C, ``ros2 launch`` stopping) and SIGTERM raise KeyboardInterrupt in the spin instead, so
     the summary goes out on a live context and the node then shuts down in order.
+
+    ``spin(node)`` replaces ``rclpy.spin`` for nodes that end by themselves (replay, eval);
+    ``on_stop(node)`` runs before the node is destroyed, also after Ctrl-C (e.g. write the report).
     """
     rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
     signal.signal(signal.SIGINT, _interrupt)
@@ -244,7 +253,7 @@ def run_node(factory: Callable[[], Node], name: str, args: list[str] | None = No
     node = None
     try:
         node = factory()
-        rclpy.spin(node)
+        (spin or rclpy.spin)(node)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     except Exception as exc:
@@ -254,6 +263,8 @@ def run_node(factory: Callable[[], Node], name: str, args: list[str] | None = No
         raise
     finally:
         if node is not None:
+            if on_stop is not None:
+                on_stop(node)
             drops = getattr(node, "drops", None)
             if drops is not None:
                 node.get_logger().info(drops.summary())
