@@ -90,9 +90,7 @@ class Manifest:
         parser = ET.XMLParser(target=ET.TreeBuilder(insert_comments=True))
         self.root = ET.parse(path, parser=parser).getroot()
         self.deps = {kind: {el.text.strip() for el in self.root.iter(kind) if el.text} for kind in ALL_KINDS}
-        self.comments = " ".join(
-            " ".join((el.text or "").split()) for el in self.root.iter() if el.tag is ET.Comment
-        )
+        self.comments = " ".join(" ".join((el.text or "").split()) for el in self.root.iter() if el.tag is ET.Comment)
 
     def of(self, *kinds: str) -> set[str]:
         return set().union(*(self.deps[kind] for kind in kinds))
@@ -208,7 +206,7 @@ def _missing(package: str, tests: bool) -> list[str]:
             continue  # test_optional_packages
         if key is None:
             if not manifest(package).says_no_key(module):
-                problems.append(f"{module} ({where}) has no rosdep key: say so in a comment ('No rosdep key ... {module}')")
+                problems.append(f"{module} ({where}): no rosdep key, say so ('No rosdep key ... {module}')")
         elif key not in declared:
             if tests and key.startswith("velobins_") and package in runtime_closure(key):
                 # Declaring it would close a cycle colcon refuses; the package.xml says why.
