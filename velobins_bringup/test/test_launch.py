@@ -30,9 +30,9 @@ def test_drone_launch_declares_arguments_and_nodes() -> None:
 
     description = _load("drone.launch.py")
     args = {a.name for a in description.entities if isinstance(a, DeclareLaunchArgument)}
-    assert {"model_path", "params_file", "use_sim_time", "rviz"} <= args
+    assert {"model_path", "params_file", "use_sim_time", "rviz", "namespace", "log_level", "frame_prefix"} <= args
     executables = {n.node_executable for n in description.entities if isinstance(n, Node)}
-    assert {"velobins_net_node", "velobins_ekf_node"} <= executables
+    assert {"velobins_net_node", "velobins_ekf_node", "velobins_rotor_bridge"} <= executables
 
 
 def test_replay_launch_declares_arguments() -> None:
@@ -40,4 +40,4 @@ def test_replay_launch_declares_arguments() -> None:
 
     description = _load("replay_eval.launch.py")
     args = {a.name for a in description.entities if isinstance(a, DeclareLaunchArgument)}
-    assert {"bag", "model_path", "output_dir", "rate"} <= args
+    assert {"bag", "model_path", "output_dir", "rate", "namespace", "params_file", "log_level"} <= args
