@@ -327,6 +327,7 @@ def test_hold_last_restarts_with_new_samples_and_keeps_stamps_increasing() -> No
     assert hold.on_sample(late, now=now + 0.001) is None
     nxt = hold.tick(now + 0.02)
     assert nxt is not None and nxt.speeds == (2.0,) and nxt.stamp > published[-1]
+    assert hold.merged == 1
     fresh = Sample(nxt.stamp + 0.05, (3.0,))
     assert hold.on_sample(fresh, now=now + 0.03) == fresh
     assert hold.tick(now + 0.035) is None  # too soon after a real sample

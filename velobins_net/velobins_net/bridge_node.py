@@ -50,6 +50,7 @@ class RotorBridgeNode(Node):
 
     def __init__(self) -> None:
         super().__init__(NODE_NAME)
+        self.published = 0
         self.config = declare_config(self, BridgeConfig())
         cfg = self.config
         msg_cls = message_class(cfg.input_type)
@@ -57,7 +58,6 @@ class RotorBridgeNode(Node):
         self.converter.check_type(msg_cls())
         self.hold = HoldLast(cfg.hold_rate, cfg.max_hold_age)
         self.drops = DropCounter(self)
-        self.published = 0
         self.pub = self.create_publisher(RotorSpeeds, cfg.output_topic, sensor_qos(10))
         self.create_subscription(msg_cls, cfg.input_topic, self.on_message, sensor_qos(cfg.input_queue_depth))
         if self.hold.enabled:
@@ -80,15 +80,20 @@ class RotorBridgeNode(Node):
             self.drops.drop(result.reason, result.detail)
             return
         out = self.hold.on_sample(result, now)
-        if out is None:
-            self.drops.drop("stamp_not_after_held", "values kept for the next held sample")
-            return
-        self.publish(out)
+        if out is not None:  # None: stamped before the last held sample; the next tick carries it
+            self.publish(out)
 
     def on_hold_timer(self) -> None:
         held = self.hold.tick(self._now())
         if held is not None:
             self.publish(held)
+
+    def destroy_node(self) -> None:
+        hold = getattr(self, "hold", None)  # None when start-up failed (rclpy still destroys the node)
+        if hold is not None:
+            extra = f" (held {hold.held}, late samples carried on {hold.merged})" if hold.enabled else ""
+            self.get_logger().info(f"published {self.published} RotorSpeeds{extra}")
+        super().destroy_node()
 
     def publish(self, sample: Sample) -> None:
         out = RotorSpeeds()

@@ -310,6 +310,8 @@ class HoldLast:
         self._last_out_time = -math.inf
         self.held = 0
         """Held samples produced so far."""
+        self.merged = 0
+        """Real samples stamped at or before the last output (jitter), carried on by the next tick."""
 
     @property
     def enabled(self) -> bool:
@@ -321,6 +323,7 @@ class HoldLast:
         if sample.stamp <= self._last_out:
             # Held stamps already passed it: carry its values on from the last stamp sent.
             self._last = Sample(self._last_out, sample.speeds)
+            self.merged += 1
             return None
         self._last = sample
         self._last_out, self._last_out_time = sample.stamp, now
