@@ -29,7 +29,7 @@ LAYERS = {
 """Which of our packages each package may import: the lowest first, nothing imports upwards."""
 
 MAX_MODULE_LINES = 500
-NODE_MODULES = ("node", "replay_node", "eval_node")
+NODE_MODULES = ("node", "replay_node", "eval_node", "bridge_node")
 
 
 def modules() -> dict[str, Path]:
