@@ -20,13 +20,6 @@ from importlib import metadata
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-NODE_MODULES = (
-    "velobins_net.node",
-    "velobins_ekf.node",
-    "velobins_eval.replay_node",
-    "velobins_eval.eval_node",
-    "velobins_eval.cli",
-)
 
 
 def pins(path: Path) -> dict[str, str]:
@@ -72,8 +65,13 @@ def check_messages() -> None:
 
 
 def check_imports() -> None:
-    for module in NODE_MODULES:
+    """Every VeloBins executable's module (nodes, rotor bridge, the command line) imports."""
+    scripts = metadata.entry_points(group="console_scripts")
+    modules = sorted({ep.value.split(":")[0] for ep in scripts if ep.value.startswith("velobins")})
+    assert len(modules) >= 4, f"VeloBins entry points not found (workspace not sourced?): {modules}"
+    for module in modules:
         importlib.import_module(module)
+    print(f"check_image: imported {', '.join(modules)}")
 
 
 def check_entry_points() -> None:
