@@ -67,6 +67,33 @@ def yaw90_forward_x(n: int = 400, rate: float = 100.0, speed: float = 1.0) -> Tr
     return Truth(t, p, q, v, acc, np.zeros((n, 3)), np.full((n, 4), 0.6))
 
 
+def banked_circle(n: int = 1000, rate: float = 100.0, radius: float = 2.0, speed: float = 3.0) -> Truth:
+    """A consistent manoeuvring flight: level circle at ``speed``, banked into the turn, yawing.
+
+    The attitude is tilted so body z lies along the specific force ``a + g e_z`` and the nose
+    yaws at a different rate from the heading, so body and world velocities differ everywhere
+    and a frame error shows in the validator's gravity residual (centripetal ``speed²/radius``).
+    """
+    t = 1000.0 + np.arange(n) / rate
+    w = speed / radius
+    phase = w * (t - t[0])
+    p = np.stack([radius * np.cos(phase), radius * np.sin(phase), np.full(n, 1.5)], axis=1)
+    v = np.stack([-speed * np.sin(phase), speed * np.cos(phase), np.zeros(n)], axis=1)
+    a = np.stack([-speed * w * np.cos(phase), -speed * w * np.sin(phase), np.zeros(n)], axis=1)
+    f_world = a + np.array([0.0, 0.0, G])
+    z_b = f_world / np.linalg.norm(f_world, axis=1, keepdims=True)
+    yaw = 0.3 + 0.5 * phase  # nose turns at half the heading rate
+    heading = np.stack([np.cos(yaw), np.sin(yaw), np.zeros(n)], axis=1)
+    y_b = np.cross(z_b, heading)
+    y_b /= np.linalg.norm(y_b, axis=1, keepdims=True)
+    x_b = np.cross(y_b, z_b)
+    rot = Rotation.from_matrix(np.stack([x_b, y_b, z_b], axis=2))  # columns: body axes in world
+    acc = rot.inv().apply(f_world)
+    step = (rot[:-1].inv() * rot[1:]).as_rotvec() * rate  # body rate between samples
+    gyro = np.vstack([step, step[-1:]])
+    return Truth(t, p, rot.as_quat(), v, acc, gyro, np.full((n, 4), 0.6))
+
+
 def _write_table(path: Path, header: list[str], data: np.ndarray) -> None:
     text = ",".join(header) + "\n" + "\n".join(",".join(f"{x:.9f}" for x in row) for row in data) + "\n"
     if path.suffix == ".gz":
@@ -112,11 +139,18 @@ TIIRATM_HEADER = [
 ]  # fmt: skip
 
 
-def write_tiiratm(path: Path, tr: Truth, frd: bool = False) -> Path:
-    """Write a TII-RATM 500 Hz CSV; ``drone_rot`` column-major; ``frd`` stores body FRD IMU axes."""
+def write_tiiratm(path: Path, tr: Truth, frd: bool = False, frd_attitude: bool = False) -> Path:
+    """Write a TII-RATM 500 Hz CSV; ``drone_rot`` column-major.
+
+    ``frd`` stores the IMU in body FRD axes; ``frd_attitude`` stores ``drone_rot`` as the
+    attitude of the FRD body, R_world<-FRD = R_world<-FLU · R_FLU<-FRD (world z-up either way).
+    """
     n = tr.t.shape[0]
     flip = np.diag([1.0, -1.0, -1.0]) if frd else np.eye(3)
-    rot_cm = Rotation.from_quat(tr.q).as_matrix().transpose(0, 2, 1).reshape(n, 9)
+    mats = Rotation.from_quat(tr.q).as_matrix()
+    if frd_attitude:
+        mats = mats @ np.diag([1.0, -1.0, -1.0])
+    rot_cm = mats.transpose(0, 2, 1).reshape(n, 9)
     cols = [
         (tr.t - tr.t[0])[:, None], (tr.t * 1e6)[:, None], np.zeros((n, 1)), tr.acc @ flip, tr.gyro @ flip,
         tr.rotor, np.full((n, 1), 16.0), tr.p, tr.v, rot_cm,
@@ -156,8 +190,12 @@ def write_neurobem(path: Path, tr: Truth) -> Path:
 AIIO_MAX_RPM = 20000.0
 
 
-def write_aiio_hdf5(path: Path, tr: Truth, velocity_in_body: bool = False) -> Path:
-    """Write an AI-IO ``data.hdf5`` (traj_target = p, q xyzw, v; rotor_spd in RPM)."""
+def write_aiio_hdf5(path: Path, tr: Truth, velocity_in_body: bool = True) -> Path:
+    """Write an AI-IO ``data.hdf5`` (traj_target = p, q xyzw, v; rotor_spd in RPM).
+
+    AI-IO stores body velocity in ``traj_target[7:10]`` (its ``datasets.py`` reads it as ``vb0``);
+    ``velocity_in_body=False`` writes world velocity instead (a file from another tool).
+    """
     import h5py
 
     v = Rotation.from_quat(tr.q).inv().apply(tr.v) if velocity_in_body else tr.v

@@ -7,7 +7,7 @@ was available here: both readers are tested on fixtures written in that layout.
 
 **HDF5** (``data.hdf5``): ``ts`` (N,) s; ``accel_calib``/``accel_raw`` (N, 3) m/s^2 and
 ``gyro_calib``/``gyro_raw`` (N, 3) rad/s (body, mavros = FLU); ``traj_target`` (N, 10) =
-position (3, world), quaternion x y z w (4, body->world), velocity (3); ``rotor_spd`` (N, 4)
+position (3, world), quaternion x y z w (4, body->world), velocity (3, **body**, below); ``rotor_spd`` (N, 4)
 ESC speed in RPM -> rad/s (x 2π/60). ``*_calib`` (bias-corrected) is used unless ``imu="raw"``.
 
 **mcap** (ROS 2 bag directory, or the ``.mcap`` file inside one): ``/mavros/imu/data``
@@ -18,15 +18,24 @@ registered with the rosbags typestore from the msg text below). Odometry and ESC
 interpolated onto the IMU stamps (linear; slerp for orientation) inside the interval all three
 cover, as AI-IO does.
 
-Velocity frame (unverified): REP-147 puts nav_msgs/Odometry twist in the child (body) frame,
-while AI-IO stores it next to world positions. With ``velocity_frame="auto"`` the frame whose
-velocity agrees with dp/dt wins (``frames.velocity_frame``); when the data cannot tell, the
-default is ``body`` for mcap odometry and ``world`` for HDF5. ``metadata["velocity_frame"]``
-records the choice.
+Velocity frame: **body** (FLU), for both sources. Verified in AI-IO's code:
+``src/learning/data_management/datasets.py`` (``ModelDataset.__getitem__``) takes the network's
+velocity target as ``vb0 = traj_target[idx, 7:10]`` -- a *body* velocity, beside a separately
+computed world velocity ``vw0`` from finite differences of ``traj_target[:, 0:3]``; its commented
+DIDO branch rotates the world velocity into the body (``R^T v``) before storing it in
+``traj_target``; and ``prepare_datasets/our2.py`` fills ``traj_target[7:10]`` with
+``/odom/global`` ``twist.twist.linear``, which REP-147 puts in the child (body) frame. The
+Flight's world velocity is therefore ``R v_body`` (``R`` from ``traj_target[3:7]``). The
+``velocity`` option keeps ``"world"`` (a file written by another tool) and ``"auto"`` (the frame
+whose velocity agrees with dp/dt, :func:`frames.velocity_frame`, falling back to body when the
+data cannot tell). With the default, a flight whose stored velocity plainly agrees with dp/dt
+as a *world* velocity raises a warning naming the file. ``metadata["velocity_frame"]`` records
+the frame used.
 """
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any, Literal
 
@@ -65,10 +74,26 @@ HDF5_KEYS = ("ts", "traj_target", "rotor_spd")
 VelocityFrame = Literal["auto", "world", "body"]
 
 
+DEFAULT_VELOCITY_FRAME: VelocityFrame = "body"
+"""AI-IO stores body velocity in ``traj_target[7:10]`` (module docstring: where this was verified)."""
+
+
 def _world_velocity(
-    source: str, t: np.ndarray, p: np.ndarray, q: np.ndarray, v_raw: np.ndarray, mode: VelocityFrame, default: str
+    source: str, t: np.ndarray, p: np.ndarray, q: np.ndarray, v_raw: np.ndarray, mode: VelocityFrame
 ) -> tuple[np.ndarray, str]:
-    frame = mode if mode != "auto" else (velocity_frame(t, p, q, v_raw) or default)
+    """World velocity from the stored one in frame ``mode``, and the frame used.
+
+    ``auto`` asks the data (dp/dt) and falls back to body; an explicit ``body`` whose data
+    clearly says world warns (naming the file) rather than silently training on rotated labels.
+    """
+    evidence = velocity_frame(t, p, q, v_raw)
+    frame = mode if mode != "auto" else (evidence or "body")
+    if mode == "body" and evidence == "world":
+        warnings.warn(
+            f"{source}: traj_target[7:10] agrees with dp/dt as a world velocity, but AI-IO stores body "
+            "velocity there; read as body (pass velocity='world' or 'auto' if this file was written otherwise)",
+            stacklevel=3,
+        )
     if frame == "body":
         return Rotation.from_quat(q).apply(v_raw), "body"
     if frame == "world":
@@ -124,9 +149,9 @@ def _read_hdf5(source: str, keys: tuple[str, ...]) -> dict[str, np.ndarray]:
 
 
 def load_aiio_hdf5(
-    path: str | Path, *, imu: Literal["calib", "raw"] = "calib", velocity: VelocityFrame = "auto"
+    path: str | Path, *, imu: Literal["calib", "raw"] = "calib", velocity: VelocityFrame = DEFAULT_VELOCITY_FRAME
 ) -> Flight:
-    """Load an AI-IO processed ``data.hdf5`` (module docstring).
+    """Load an AI-IO processed ``data.hdf5`` (module docstring); ``traj_target[7:10]`` is body velocity.
 
     Raises:
         DatasetError: a directory or missing file, a truncated or corrupt HDF5 file, a missing
@@ -150,7 +175,7 @@ def load_aiio_hdf5(
     t = t_all[keep]
     traj = arrays["traj_target"][keep]
     p, q = traj[:, 0:3], _normalised(source, "traj_target[3:7]", traj[:, 3:7])
-    v, frame = _world_velocity(source, t, p, q, traj[:, 7:10], velocity, default="world")
+    v, frame = _world_velocity(source, t, p, q, traj[:, 7:10], velocity)
     return Flight(
         name=Path(path).parent.name if Path(path).stem == "data" else Path(path).stem,
         t=t,
@@ -248,8 +273,11 @@ def _sorted_unique(source: str, topic: str, rows: list[np.ndarray], min_rows: in
     return arr[monotonic_rows(source, arr[:, 0], topic)]
 
 
-def load_aiio_mcap(path: str | Path, *, velocity: VelocityFrame = "auto") -> Flight:
-    """Load an AI-IO ROS 2 mcap bag (directory or its ``.mcap`` file), aligned to IMU stamps."""
+def load_aiio_mcap(path: str | Path, *, velocity: VelocityFrame = DEFAULT_VELOCITY_FRAME) -> Flight:
+    """Load an AI-IO ROS 2 mcap bag (directory or its ``.mcap`` file), aligned to IMU stamps.
+
+    The odometry twist is body velocity (REP-147 child frame; AI-IO copies it to ``traj_target[7:10]``).
+    """
     source = str(path)
     bag_dir = Path(path).parent if Path(path).is_file() else Path(path)
     topics = _read_topics(source, bag_dir)
@@ -268,7 +296,7 @@ def load_aiio_mcap(path: str | Path, *, velocity: VelocityFrame = "auto") -> Fli
     q = Slerp(odom[:, 0], Rotation.from_quat(quats))(t).as_quat()
     p = interp_columns(t, odom[:, 0], odom[:, 1:4])
     v_raw = interp_columns(t, odom[:, 0], odom[:, 8:11])
-    v, frame = _world_velocity(source, t, p, q, v_raw, velocity, default="body")
+    v, frame = _world_velocity(source, t, p, q, v_raw, velocity)
     rotor = np.abs(interp_columns(t, esc[:, 0], esc[:, 1:])) * RPM_TO_RAD_PER_S
     return Flight(
         name=bag_dir.name,

@@ -19,7 +19,11 @@ import numpy as np
 from scipy.spatial.transform import Rotation
 
 FRD_TO_FLU = np.diag([1.0, -1.0, -1.0])
-"""Body FRD (aerospace, PX4/Betaflight) -> body FLU (REP-103): negate y and z."""
+"""Body FRD (aerospace, PX4/Betaflight) -> body FLU (REP-103): negate y and z.
+
+It is a proper rotation (180° about x) and its own inverse, so it is also R_FRD<-FLU: an
+attitude given for an FRD body becomes R_world<-FLU = R_world<-FRD · FRD_TO_FLU
+(:func:`attitude_to_flu`)."""
 
 
 def rotation_from_column_major(flat: np.ndarray) -> Rotation:
@@ -51,3 +55,27 @@ def velocity_frame(
 def gravity_axis_sign(acc: np.ndarray) -> float:
     """Sign of the median body-z specific force: +1 for FLU (hover reads +g), -1 for FRD."""
     return 1.0 if float(np.median(acc[:, 2])) >= 0.0 else -1.0
+
+
+def attitude_to_flu(rot: Rotation, frame: Literal["flu", "frd"]) -> Rotation:
+    """Body->world rotations of an FLU body, from rotations given for a ``frame`` body.
+
+    Converting the IMU axes alone (f_FLU = FRD_TO_FLU · f_FRD) is not enough when the attitude
+    also describes the FRD body: R_world<-FLU = R_world<-FRD · R_FRD<-FLU keeps R · f unchanged.
+    """
+    if frame == "flu":
+        return rot
+    if frame == "frd":
+        return rot * Rotation.from_matrix(FRD_TO_FLU)
+    raise ValueError(f"attitude frame must be 'flu' or 'frd', got {frame!r}")
+
+
+def attitude_body_frame(rot: Rotation, acc_flu: np.ndarray) -> Literal["flu", "frd"]:
+    """Which body (FLU or FRD) the attitude ``rot`` describes, given FLU specific force ``acc_flu``.
+
+    In a z-up world, R · f averages to +g e_z over a flight (its acceleration averages out); the
+    attitude of the other body convention turns body y and z over, so the same average reads about
+    -g. The sign of the mean world-z of R · f therefore decides (robust to tilt below 90°).
+    """
+    up = float(np.mean(rot.apply(acc_flu)[:, 2]))
+    return "flu" if up >= 0.0 else "frd"
