@@ -7,6 +7,7 @@ Subcommands (``velobins <command> --help`` for each):
 * ``convert``   — a flight (any adapter) to a rosbag2 with the VeloBins topics;
 * ``train``     — train a VeloBins variant or the regression baseline;
 * ``evaluate``  — network-only and EKF-fused metrics of checkpoints on a directory of flights;
+* ``export``    — a checkpoint to TorchScript or ONNX, checked against the PyTorch model (parity);
 * ``demo``      — the README's main job: simulate, train, convert, replay through the ROS graph, report.
 * ``reproduce`` — train every ablation model and regenerate the paper's NanoBench tables and figures.
 
@@ -89,6 +90,7 @@ DELEGATED = {
     "simulate": (".sim.cli", "main_simulate", "simulate flights with rotorpy and write them as plain CSV"),
     "train": (".train_cli", "main_train", "train a VeloBins variant or the regression baseline"),
     "evaluate": (".evaluate", "main_evaluate", "evaluate checkpoints (network and EKF-fused) on flights"),
+    "export": (".export_cli", "main_export", "export a checkpoint to TorchScript or ONNX, with a parity check"),
     "demo": (".demo", "main_demo", "the main job: simulate, train, replay through the ROS graph, report"),
     "reproduce": (".reproduce", "main_reproduce", "train and score every NanoBench table/figure row of the paper"),
 }

@@ -5,13 +5,19 @@ functions (:func:`velobins_net.encoder.encode`, :func:`velobins_net.model.heads`
 weights (precomputed bin encodings baked in as constants) and returns plain tensors:
 ``velocity (B, 3)``, ``variance (B, 3)`` and, for bin models, ``probs (B, 3, N)``.
 Input: ``window (B, T, 6+K)`` raw [acc, gyro, rotor] at the model rate (normalisation inside).
+
+:func:`check_parity` runs an exported file (TorchScript through ``torch.jit``, ONNX through
+onnxruntime) on random windows and compares every output with the PyTorch model: the check the
+tests do, made available to ``velobins export`` so a user's export is verified where it is made.
 """
 
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -75,6 +81,7 @@ def export_torchscript(model: VeloBinsNet, path: str | Path) -> Path:
     wrapper = ExportWrapper(model)
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore", torch.jit.TracerWarning)
+        warnings.simplefilter("ignore", DeprecationWarning)  # torch.jit: deprecated upstream, still libtorch's format
         traced = torch.jit.trace(wrapper, (_example(model, 2),), check_trace=False)
     traced.save(str(path))
     return path
@@ -99,3 +106,92 @@ def export_onnx(model: VeloBinsNet, path: str | Path, opset: int = 17) -> Path:
             dynamo=False,
         )
     return path
+
+
+FORMATS = ("torchscript", "onnx")
+"""Export formats: TorchScript (libtorch, C++ or Python) and ONNX (onnxruntime, TensorRT, ...)."""
+
+
+@dataclass(frozen=True)
+class ExportConfig:
+    """How an export is made and verified (``velobins export`` options are generated from it)."""
+
+    opset: int = 17
+    """ONNX opset version (ignored for TorchScript)."""
+    parity_batch: int = 5
+    """Random windows in the parity check; not the traced batch (2), so the dynamic batch axis is checked too."""
+    parity_seed: int = 0
+    """Seed of the parity check's random windows."""
+    rtol: float = 1e-4
+    """Parity tolerance, relative part: an output passes where |exported - PyTorch| <= atol + rtol |PyTorch|."""
+    atol: float = 1e-5
+    """Parity tolerance, absolute part (m/s for velocity, m^2/s^2 for variance, 1 for probabilities)."""
+
+
+@dataclass(frozen=True)
+class ParityResult:
+    """Exported vs PyTorch outputs on the same random windows.
+
+    Attributes:
+        max_abs: largest |exported - PyTorch| per output name.
+        passed: every element within ``atol + rtol |PyTorch|``.
+        batch: number of windows compared.
+    """
+
+    max_abs: dict[str, float]
+    passed: bool
+    batch: int
+
+    @property
+    def max_deviation(self) -> float:
+        """Largest absolute deviation over all outputs."""
+        return max(self.max_abs.values())
+
+
+def export_model(model: VeloBinsNet, path: str | Path, fmt: str, cfg: ExportConfig = ExportConfig()) -> Path:
+    """Export ``model`` to ``path`` in format ``fmt`` (one of :data:`FORMATS`)."""
+    if fmt == "torchscript":
+        return export_torchscript(model, path)
+    if fmt == "onnx":
+        return export_onnx(model, path, opset=cfg.opset)
+    raise ValueError(f"export format must be one of {FORMATS}, got {fmt!r}")
+
+
+def run_exported(path: str | Path, fmt: str, window: np.ndarray) -> list[np.ndarray]:
+    """Outputs of the exported file at ``path`` on ``window`` (B, T, 6+K), as numpy arrays."""
+    if fmt == "torchscript":
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            module = torch.jit.load(str(path), map_location="cpu")
+        with torch.no_grad():
+            return [t.numpy() for t in module(torch.from_numpy(window))]
+    if fmt == "onnx":
+        import onnxruntime as ort
+
+        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        return list(session.run(None, {"window": window}))
+    raise ValueError(f"export format must be one of {FORMATS}, got {fmt!r}")
+
+
+def check_parity(model: VeloBinsNet, path: str | Path, fmt: str, cfg: ExportConfig = ExportConfig()) -> ParityResult:
+    """Compare the export at ``path`` with ``model`` on ``cfg.parity_batch`` random windows."""
+    model = model.eval()
+    gen = torch.Generator().manual_seed(cfg.parity_seed)
+    window = torch.randn(cfg.parity_batch, model.cfg.window_len, model.cfg.input_channels, generator=gen)
+    with torch.no_grad():
+        ref = model(window)
+    names = ExportWrapper(model).output_names()
+    expected = [ref.v, ref.var] + ([torch.softmax(ref.logits, dim=-1)] if ref.logits is not None else [])
+    got = run_exported(path, fmt, window.numpy())
+    if len(got) != len(expected):
+        raise ValueError(f"{path}: the export returns {len(got)} outputs, the model {len(expected)}")
+    max_abs: dict[str, float] = {}
+    passed = True
+    for name, want, have in zip(names, expected, got, strict=True):
+        want_np = want.numpy().astype(np.float64)
+        if have.shape != want_np.shape:
+            raise ValueError(f"{path}: output '{name}' has shape {have.shape}, the model's {want_np.shape}")
+        diff = np.abs(have.astype(np.float64) - want_np)
+        max_abs[name] = float(np.max(diff, initial=0.0))
+        passed &= bool(np.all(diff <= cfg.atol + cfg.rtol * np.abs(want_np)))  # NaN fails
+    return ParityResult(max_abs=max_abs, passed=passed, batch=cfg.parity_batch)
