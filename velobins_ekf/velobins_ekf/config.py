@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields
 
+from velobins_common.fields import param, param_spec
+
 STANDARD_GRAVITY = 9.80665
 """Standard gravity [m/s²]: the filter's default and the data layer's (``velobins_eval.sequence``)."""
 
@@ -23,50 +25,55 @@ class EkfConfig:
     ``random_walk² · dt`` (see :mod:`velobins_ekf.propagation`).
     """
 
-    acc_noise_density: float = 0.02
+    acc_noise_density: float = param(0.02, min=1e-6, max=10.0, live=True)
     """Accelerometer white noise [m/s²/√Hz]; MEMS drone IMUs 0.002–0.05 (vibration included). Typical 0.02."""
-    gyro_noise_density: float = 0.002
+    gyro_noise_density: float = param(0.002, min=1e-7, max=1.0, live=True)
     """Gyroscope white noise [rad/s/√Hz]; typical 1e-4 (datasheet) to 5e-3 (in flight). Typical 0.002."""
-    acc_random_walk: float = 1e-3
+    acc_random_walk: float = param(1e-3, min=0.0, max=1.0, live=True)
     """Accelerometer bias random walk [m/s³/√Hz]; typical 1e-4–1e-2. Typical 1e-3."""
-    gyro_random_walk: float = 1e-4
+    gyro_random_walk: float = param(1e-4, min=0.0, max=0.1, live=True)
     """Gyroscope bias random walk [rad/s²/√Hz]; typical 1e-5–1e-3. Typical 1e-4."""
-    gravity: float = STANDARD_GRAVITY
+    gravity: float = param(STANDARD_GRAVITY, min=9.0, max=10.5)
     """Gravity magnitude g [m/s²]; the world gravity vector is (0, 0, -g) (ENU, z up). Typical 9.80665."""
 
-    init_sigma_rot: float = math.radians(1.0)
+    init_sigma_rot: float = param(math.radians(1.0), min=1e-6, max=math.pi)
     """Initial roll/pitch standard deviation [rad] (per axis of the body-frame error). Typical 0.017."""
-    init_sigma_yaw: float = math.radians(1.0)
+    init_sigma_yaw: float = param(math.radians(1.0), min=1e-6, max=math.pi)
     """Initial yaw standard deviation [rad] (applied to the world-z component). Typical 0.017 from ground
     truth, up to π when yaw is unknown."""
-    init_sigma_vel: float = 0.1
+    init_sigma_vel: float = param(0.1, min=1e-6, max=100.0)
     """Initial velocity standard deviation [m/s] per axis. Typical 0.1."""
-    init_sigma_pos: float = 1e-3
+    init_sigma_pos: float = param(1e-3, min=1e-9, max=1000.0)
     """Initial position standard deviation [m] per axis, > 0 (position is unobservable; it only grows).
     Typical 1e-3."""
-    init_sigma_acc_bias: float = 0.1
+    init_sigma_acc_bias: float = param(0.1, min=1e-6, max=10.0)
     """Initial accelerometer bias standard deviation [m/s²] per axis. Typical 0.05–0.3."""
-    init_sigma_gyro_bias: float = 0.01
+    init_sigma_gyro_bias: float = param(0.01, min=1e-7, max=1.0)
     """Initial gyroscope bias standard deviation [rad/s] per axis. Typical 0.005–0.05."""
 
-    gate_enabled: bool = False
+    gate_enabled: bool = param(False, live=True)
     """χ² innovation gating of velocity updates. Off by default: the paper uses no gating (§III-E)."""
-    gate_threshold: float = 16.27
+    gate_threshold: float = param(16.27, min=0.01, max=1e6, live=True)
     """NIS threshold (3 dof) above which an update is rejected when gating is on; 16.27 = χ²₃ 99.9 %."""
 
-    history_length: float = 1.0
+    history_length: float = param(1.0, min=0.01, max=60.0)
     """Seconds of IMU samples and filter snapshots kept to apply late (out-of-order) velocity
     measurements at their own stamp; older measurements are dropped and counted. Typical 0.5–2."""
-    snapshot_period: float = 0.05
+    snapshot_period: float = param(0.05, min=1e-4, max=10.0)
     """Minimum spacing [s] of the state snapshots re-propagation starts from (one is also taken after
     every update). Smaller = less re-propagation work per late measurement, more memory. Typical 0.05."""
-    max_pending: int = 100
+    max_pending: int = param(100, min=1, max=100000)
     """Velocity measurements waiting for IMU to reach their stamp, at most; beyond it the oldest is
     dropped and counted. Typical 100."""
-    init_yaw: float = 0.0
+    init_yaw: float = param(0.0, min=-2 * math.pi, max=2 * math.pi)
     """Yaw [rad] given to a self-initialised filter (yaw is unobservable from gravity). Typical 0."""
-    init_window: float = 0.2
+    init_window: float = param(0.2, min=0.01, max=10.0)
     """Seconds of IMU averaged for gravity alignment when the filter initialises itself. Typical 0.2–1."""
+
+    def live_fields(self) -> frozenset[str]:
+        """Fields a running filter can take a new value of (:meth:`VelocityEkf.set_config`): the noise
+        model and the gate, which only enter the next propagation or update."""
+        return frozenset(f.name for f in fields(self) if param_spec(f).live)
 
     def __post_init__(self) -> None:
         for f in fields(self):

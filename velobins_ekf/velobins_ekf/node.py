@@ -1,26 +1,35 @@
-"""The EKF node: ``/imu`` + ``/velobins/velocity`` -> odometry, path, TF and per-update diagnostics.
+"""The EKF node: ``imu`` + ``velobins/velocity`` -> odometry, path, TF, per-update states, health.
 
 A thin adapter around :class:`velobins_ekf.runner.VelocityEkf` (which validates, counts and
-re-orders its inputs). Outputs:
+re-orders its inputs). Topic names are relative (a namespace moves them); every frame id gets
+``frame_prefix`` (tf_prefix style, several vehicles on one TF tree). Outputs:
 
-* ``/velobins/odometry`` (``nav_msgs/Odometry``): pose of ``base_link`` in ``odom`` with its
-  covariance, twist in ``base_link`` (linear: fused body velocity; angular: bias-corrected rate);
-* ``/velobins/path`` (``nav_msgs/Path``, bounded length) and TF ``odom -> base_link``
+* ``velobins/odometry`` (``nav_msgs/Odometry``, at ``odom_rate`` of IMU time): pose of
+  ``base_link`` in ``odom`` with its covariance, twist in ``base_link`` (linear: fused body
+  velocity; angular: bias-corrected rate);
+* ``velobins/path`` (``nav_msgs/Path``, bounded length) and TF ``odom -> base_link`` on ``/tf``
   (``tf2_ros`` when installed, else ``tf2_msgs/TFMessage`` on ``/tf`` directly);
-* ``/velobins/ekf/update`` (``nav_msgs/Odometry`` with ``child_frame_id`` = ``odom``, i.e. the twist
+* ``velobins/ekf/update`` (``nav_msgs/Odometry`` with ``child_frame_id`` = ``odom``, i.e. the twist
   is in the world frame): the state right after each velocity update, at the measurement stamp —
   fused position and orientation, fused world velocity and its covariance (what the evaluation
-  scores per update: ATE/RTE samples and the per-update NEES).
+  scores per update: ATE/RTE samples and the per-update NEES);
+* ``/diagnostics`` every ``diagnostics_period``: input rates, drops by reason (the node's and the
+  filter's), initialised, resets, age of the last odometry, and the NIS of the last ``nis_window``
+  updates against its χ²₃ bounds, with a level and a message naming the cause
+  (:func:`velobins_common.health.ekf_status`); a throttled WARN when no odometry goes out for
+  ``silence_warn_after`` s while IMU arrives.
 
 Initialisation: ``init_mode: align`` (on a vehicle: gravity alignment from the first IMU samples,
 velocity from the first network output) or ``ground_truth`` (evaluation: the state of the first
 ``ground_truth_topic`` message, as the paper starts the filter). IMU stamps jumping back by more
-than ``time_jump_reset`` (bag loop) restart the filter the same way.
+than ``time_jump_reset`` (bag loop) restart the filter the same way. Parameters marked live
+(output rates, path, TF, the filter's noise model and gate) can be changed with ``ros2 param set``.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -31,18 +40,20 @@ from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import Imu
 
+from velobins_common.fields import param
+from velobins_common.health import CountDelta, NisMonitor, RateMeter, SilenceAlarm, Status, Stream, ekf_status
 from velobins_msgs.msg import VelocityEstimate
 from velobins_ros import (
     RELIABLE_QOS,
     DropCounter,
     declare_config,
-    reject_runtime_changes,
     run_node,
     sec_to_stamp,
     sensor_qos,
     set_xyz,
     stamp_to_sec,
 )
+from velobins_ros.health import Diagnostics, count_values, stream_values
 
 from .config import EkfConfig
 from .ekf import NavState
@@ -50,46 +61,68 @@ from .runner import VelocityEkf
 from .so3 import matrix_to_quat
 
 INIT_MODES = ("align", "ground_truth")
+"""How the filter starts (parameter ``init_mode``)."""
 
 
 @dataclass(frozen=True)
 class EkfNodeConfig:
-    """Parameters of the EKF node besides the filter's own (``filter.*``, :class:`EkfConfig`)."""
+    """Parameters of the EKF node besides the filter's own (``filter.*``, :class:`EkfConfig`).
 
-    imu_topic: str = "/imu"
+    Topic names are relative, so a namespace (``-r __ns:=/drone1``) moves them all; TF stays on
+    ``/tf``, told apart by ``frame_prefix``."""
+
+    imu_topic: str = param("imu")
     """Input sensor_msgs/Imu."""
-    velocity_topic: str = "/velobins/velocity"
+    velocity_topic: str = param("velobins/velocity")
     """Input velobins_msgs/VelocityEstimate from the network node."""
-    odometry_topic: str = "/velobins/odometry"
+    odometry_topic: str = param("velobins/odometry")
     """Output nav_msgs/Odometry."""
-    path_topic: str = "/velobins/path"
+    path_topic: str = param("velobins/path")
     """Output nav_msgs/Path (empty disables it)."""
-    update_topic: str = "/velobins/ekf/update"
+    update_topic: str = param("velobins/ekf/update")
     """Output per-update state (nav_msgs/Odometry, twist in odom) for evaluation (empty disables it)."""
-    ground_truth_topic: str = "/ground_truth/odometry"
+    ground_truth_topic: str = param("ground_truth/odometry")
     """nav_msgs/Odometry that initialises the filter when init_mode is ground_truth."""
-    init_mode: str = "align"
+    init_mode: str = param("align", choices=INIT_MODES)
     """'align' (gravity alignment + first network velocity) or 'ground_truth' (first ground-truth pose)."""
-    odom_frame: str = "odom"
-    """World frame of the pose (REP-105 odom)."""
-    base_frame: str = "base_link"
-    """Body frame (FLU)."""
-    publish_tf: bool = True
+    odom_frame: str = param("odom")
+    """World frame of the pose (REP-105 odom; frame_prefix is prepended)."""
+    base_frame: str = param("base_link")
+    """Body frame (FLU; frame_prefix is prepended)."""
+    frame_prefix: str = param("")
+    """Prepended to every frame id the node publishes or looks up (tf_prefix style, e.g. 'drone1/'),
+    so several vehicles share one TF tree."""
+    publish_tf: bool = param(True, live=True)
     """Broadcast odom -> base_link."""
-    odom_rate: float = 0.0
-    """Odometry/TF rate [Hz of IMU time]; 0 publishes after every IMU sample."""
-    path_period: float = 0.1
+    odom_rate: float = param(50.0, min=0.0, max=10000.0, live=True)
+    """Odometry/TF rate [Hz of IMU time]; 0 publishes after every IMU sample. Default 50 Hz: reading
+    the state and covariance after every sample makes the filter propagate one interval at a time and
+    build a message each time, which costs several times the CPU of the filter itself at a 1 kHz IMU
+    (benchmarks/bench_ekf_node.py); 50 Hz is smooth for control and RViz and leaves the filter its block
+    propagation. The estimate is the same at any rate."""
+    path_period: float = param(0.1, min=0.0, max=3600.0, live=True)
     """IMU-time spacing of the poses appended to the path [s]."""
-    path_max_length: int = 3000
+    path_max_length: int = param(3000, min=1, max=1000000, live=True)
     """Poses kept in the path (oldest dropped first)."""
-    path_publish_period: float = 1.0
+    path_publish_period: float = param(1.0, min=0.0, max=3600.0, live=True)
     """IMU-time spacing of path messages [s]: the whole path is re-sent each time, so not per pose."""
-    output_queue_depth: int = 10
+    output_queue_depth: int = param(10, min=1, max=100000)
     """History depth of the reliable outputs (DESIGN: 10); evaluation raises it so a busy recorder loses nothing."""
-    time_jump_reset: float = 0.5
+    time_jump_reset: float = param(0.5, min=0.0, max=3600.0, live=True)
     """IMU stamps going back by more than this [s] restart the filter (bag loop, clock reset)."""
-    input_queue_depth: int = 200
+    input_queue_depth: int = param(200, min=1, max=100000)
     """Queue depth of the IMU subscription (deep enough for fast replay)."""
+    diagnostics_period: float = param(1.0, min=0.05, max=60.0)
+    """Seconds (wall) between the node's diagnostic_msgs/DiagnosticArray messages on /diagnostics."""
+    input_timeout: float = param(0.5, min=0.01, max=60.0, live=True)
+    """Wall seconds without a message after which an input stream counts as stopped (diagnostics)."""
+    silence_warn_after: float = param(2.0, min=0.1, max=3600.0, live=True)
+    """Wall seconds without odometry while IMU arrives before a (throttled) WARN naming the cause."""
+    nis_window: int = param(100, min=1, max=100000)
+    """Velocity updates whose NIS (normalised innovation squared) the diagnostics summarise."""
+    nis_min_share: float = param(0.5, min=0.0, max=1.0, live=True)
+    """A full NIS window with less than this share inside the χ²₃ 95 % interval is a WARN
+    (a consistent filter has 95 %); 0 disables the check."""
 
 
 class EkfNode(Node):
@@ -97,14 +130,9 @@ class EkfNode(Node):
 
     def __init__(self) -> None:
         super().__init__("velobins_ekf")
-        self.config = declare_config(self, EkfNodeConfig())
-        self.filter_config = declare_config(self, EkfConfig(), prefix="filter.")
-        reject_runtime_changes(
-            self, set(EkfNodeConfig.__dataclass_fields__) | {"filter." + f for f in EkfConfig.__dataclass_fields__}
-        )
+        self.config = declare_config(self, EkfNodeConfig(), on_change=self._on_config)
+        self.filter_config = declare_config(self, EkfConfig(), prefix="filter.", on_change=self._on_filter)
         cfg = self.config
-        if cfg.init_mode not in INIT_MODES:
-            raise ValueError(f"parameter 'init_mode' must be one of {INIT_MODES}, got {cfg.init_mode!r}")
         self.drops = DropCounter(self)
         self.filter = self._new_filter()
         self._last_imu_t: float | None = None
@@ -123,17 +151,91 @@ class EkfNode(Node):
         if cfg.update_topic:
             self.update_pub = self.create_publisher(Odometry, cfg.update_topic, out_qos)
         self.path = Path()
-        self.path.header.frame_id = cfg.odom_frame
+        self.path.header.frame_id = self.odom_frame
         self._tf = self._make_tf_broadcaster() if cfg.publish_tf else None
-        self.create_subscription(Imu, cfg.imu_topic, self.on_imu, sensor_qos(cfg.input_queue_depth))
-        self.create_subscription(VelocityEstimate, cfg.velocity_topic, self.on_velocity, RELIABLE_QOS)
+        self.imu_sub = self.create_subscription(Imu, cfg.imu_topic, self.on_imu, sensor_qos(cfg.input_queue_depth))
+        self.velocity_sub = self.create_subscription(
+            VelocityEstimate, cfg.velocity_topic, self.on_velocity, RELIABLE_QOS
+        )
+        self.gt_sub = None
         if cfg.init_mode == "ground_truth":
-            self.create_subscription(Odometry, cfg.ground_truth_topic, self.on_ground_truth, RELIABLE_QOS)
+            self.gt_sub = self.create_subscription(Odometry, cfg.ground_truth_topic, self.on_ground_truth, RELIABLE_QOS)
         self.create_timer(5.0, self.drops.maybe_log)
-        self.get_logger().info(f"EKF ready: init_mode={cfg.init_mode}, publishing {cfg.odometry_topic}")
+        self._init_health()
+        self.get_logger().info(f"EKF ready: init_mode={cfg.init_mode}, publishing {self.odom_pub.topic_name}")
+
+    @property
+    def odom_frame(self) -> str:
+        """World frame id as published (frame_prefix + odom_frame)."""
+        return self.config.frame_prefix + self.config.odom_frame
+
+    @property
+    def base_frame(self) -> str:
+        """Body frame id as published (frame_prefix + base_frame)."""
+        return self.config.frame_prefix + self.config.base_frame
+
+    def _on_config(self, config: EkfNodeConfig) -> None:
+        self.config = config
+        if config.publish_tf and self._tf is None:
+            self._tf = self._make_tf_broadcaster()  # kept when switched off again (publishing is gated)
+        if len(self.path.poses) > config.path_max_length:
+            del self.path.poses[: len(self.path.poses) - config.path_max_length]
+
+    def _on_filter(self, config: EkfConfig) -> None:
+        self.filter_config = config
+        self.filter.set_config(config)
 
     def _new_filter(self) -> VelocityEkf:
-        return VelocityEkf(self.filter_config, keep_updates=bool(self.config.update_topic))
+        # update records are kept whether published or not: the diagnostics' NIS comes from them
+        return VelocityEkf(self.filter_config, keep_updates=True)
+
+    # ------------------------------------------------------------------ health
+    def _init_health(self) -> None:
+        cfg = self.config
+        self.imu_meter, self.velocity_meter = RateMeter(), RateMeter()
+        self.nis = NisMonitor(cfg.nis_window)
+        self._last_out: float | None = None
+        self._new_drops = CountDelta()
+        self._alarm = SilenceAlarm(cfg.silence_warn_after)
+        self.diagnostics = Diagnostics(self, "EKF", self.base_frame, cfg.diagnostics_period, self.health)
+
+    def _decide(self, now: float, drops: dict[str, int]) -> Status:
+        cfg = self.config
+        imu = Stream("IMU", self.imu_sub.topic_name, self.imu_meter.age(now))
+        velocity = Stream("velocity estimates", self.velocity_sub.topic_name, self.velocity_meter.age(now))
+        if cfg.init_mode == "ground_truth":
+            waiting = f"the first ground-truth pose on {self.gt_sub.topic_name}"
+        else:
+            waiting = f"IMU and the first velocity estimate on {velocity.topic}"
+        return ekf_status(
+            imu, velocity, cfg.input_timeout, self.filter.initialized, waiting, self.nis, cfg.nis_min_share, drops
+        )
+
+    def health(self, now: float) -> Status:
+        """The node's state for /diagnostics (decided by :func:`velobins_common.health.ekf_status`)."""
+        drops = self._new_drops.since(self._all_drops())
+        status = self._decide(now, drops)
+        values = stream_values(now, {"IMU": self.imu_meter, "velocity estimates": self.velocity_meter})
+        values["initialised"] = str(self.filter.initialized).lower()
+        values["resets"] = str(self.resets)
+        values["updates fused"] = str(self.filter.stats.meas_applied)
+        values["last odometry age [s]"] = "never" if self._last_out is None else f"{now - self._last_out:.3f}"
+        values.update(self.nis.values())
+        values.update(count_values("dropped", self._all_drops()))
+        return Status(status.level, status.message, values)
+
+    def _all_drops(self) -> dict[str, int]:
+        """The node's drops by reason and the filter's own rejections (its non-zero stats counters)."""
+        stats = {k: v for k, v in vars(self.filter.stats).items() if k not in ("imu_used", "meas_applied", "meas_late")}
+        return {**self.drops.counts, **{f"filter_{k}": v for k, v in stats.items() if v}}
+
+    def _check_silence(self) -> None:
+        """Throttled WARN naming the cause when no odometry went out for silence_warn_after s."""
+        now = time.monotonic()
+        silence = SilenceAlarm.silence(now, self._last_out, self.imu_meter.first)
+        if self._alarm.due(now, silence, 0.0, self.config.input_timeout):
+            cause = self._decide(now, {}).message
+            self.get_logger().warning(f"no odometry for {silence:.1f} s while IMU arrives: {cause}")
 
     def _make_tf_broadcaster(self) -> Callable[[TransformStamped], None]:
         """tf2_ros's broadcaster (a declared dependency); where it is missing (the ROS PyPI wheels
@@ -172,12 +274,14 @@ class EkfNode(Node):
 
     def on_imu(self, msg: Imu) -> None:
         t = stamp_to_sec(msg.header.stamp)
+        self.imu_meter.tick(time.monotonic(), t)
         if self._last_imu_t is not None and t < self._last_imu_t - self.config.time_jump_reset:
             self.get_logger().warning(f"IMU time jumped back {self._last_imu_t - t:.3f} s: restarting the filter")
             self.reset()
             self.drops.counts["time_jump_reset"] += 1
         if self.config.init_mode == "ground_truth" and not self.filter.initialized:
             self.drops.drop("imu_before_init", "waiting for the first ground-truth pose")
+            self._check_silence()
             return
         a, w = msg.linear_acceleration, msg.angular_velocity
         acc, gyro = np.array([a.x, a.y, a.z]), np.array([w.x, w.y, w.z])
@@ -192,9 +296,12 @@ class EkfNode(Node):
         if self.filter.stats.imu_used > before and self.filter.initialized:
             self._publish_updates()
             self._publish_state(msg.header.stamp, t)
+        else:
+            self._check_silence()
 
     def on_velocity(self, msg: VelocityEstimate) -> None:
         t = stamp_to_sec(msg.header.stamp)
+        self.velocity_meter.tick(time.monotonic(), t)
         z = np.array([msg.velocity.x, msg.velocity.y, msg.velocity.z])
         cov = np.asarray(msg.covariance, dtype=np.float64).reshape(3, 3)
         if not self.filter.add_velocity(t, z, cov):
@@ -216,16 +323,16 @@ class EkfNode(Node):
 
     # ------------------------------------------------------------------ outputs
     def _publish_updates(self) -> None:
-        records = self.filter.pop_updates()
-        if self.update_pub is None:
-            return
-        for r in records:
+        for r in self.filter.pop_updates():
             if not r.stamp > self._last_update_t or not np.all(np.isfinite(r.vel_world)):
                 continue
             self._last_update_t = r.stamp
+            self.nis.add(r.nis)
+            if self.update_pub is None:
+                continue
             out = Odometry()
             sec_to_stamp(r.stamp, out.header.stamp)
-            out.header.frame_id = out.child_frame_id = self.config.odom_frame  # twist in the world frame
+            out.header.frame_id = out.child_frame_id = self.odom_frame  # twist in the world frame
             set_xyz(out.pose.pose.position, r.pos)
             q = out.pose.pose.orientation
             q.x, q.y, q.z, q.w = (float(x) for x in matrix_to_quat(r.rot))
@@ -236,7 +343,8 @@ class EkfNode(Node):
             self.update_pub.publish(out)
 
     def _publish_state(self, stamp, t: float) -> None:
-        if self.config.odom_rate > 0 and t - self._last_odom_t < 1.0 / self.config.odom_rate - 1e-9:
+        period = 1.0 / self.config.odom_rate if self.config.odom_rate > 0 else 0.0
+        if t - self._last_odom_t < period - 1e-9:
             return
         filt = self.filter
         pos, quat, vb = filt.position, filt.quaternion, filt.velocity_body
@@ -246,12 +354,13 @@ class EkfNode(Node):
             self.drops.counts["non_finite_state"] += 1
             self.reset()
             return
-        self._last_odom_t = t
+        # on a grid of the period (jittery stamps would otherwise stretch it); restarted after a gap
+        self._last_odom_t = self._last_odom_t + period if t - self._last_odom_t < 2.0 * period else t
         cfg = self.config
         odom = Odometry()
         odom.header.stamp = stamp
-        odom.header.frame_id = cfg.odom_frame
-        odom.child_frame_id = cfg.base_frame
+        odom.header.frame_id = self.odom_frame
+        odom.child_frame_id = self.base_frame
         pp, pq = odom.pose.pose.position, odom.pose.pose.orientation
         set_xyz(pp, pos)
         pq.x, pq.y, pq.z, pq.w = (float(x) for x in quat)
@@ -260,10 +369,11 @@ class EkfNode(Node):
         set_xyz(odom.twist.twist.angular, filt.angular_rate(self._last_gyro))
         odom.twist.covariance = twist_cov.reshape(-1).tolist()
         self.odom_pub.publish(odom)
-        if self._tf is not None:
+        self._last_out = time.monotonic()
+        if self._tf is not None and cfg.publish_tf:
             tf = TransformStamped()
             tf.header = odom.header
-            tf.child_frame_id = cfg.base_frame
+            tf.child_frame_id = self.base_frame
             set_xyz(tf.transform.translation, pos)
             tf.transform.rotation = pq
             self._tf(tf)

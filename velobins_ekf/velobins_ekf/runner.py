@@ -23,7 +23,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
@@ -132,6 +132,21 @@ class VelocityEkf:
         self._snaps.clear()
         self._init_buf.clear()
         self._take_snapshot()
+
+    def set_config(self, config: EkfConfig) -> None:
+        """Use ``config`` from now on; only :meth:`EkfConfig.live_fields` (noise model, gate) may differ.
+
+        Intervals already propagated keep the noise they were propagated with; a late measurement
+        that re-propagates from a snapshot uses the new values. Not for a filter recording poses
+        (:meth:`record_poses`): the core is rebuilt around its current state and covariance.
+        """
+        frozen = {f.name for f in fields(config)} - config.live_fields()
+        changed = sorted(n for n in frozen if getattr(config, n) != getattr(self.config, n))
+        if changed:
+            raise ValueError(f"VelocityEkf.set_config: {', '.join(changed)} cannot change on a running filter")
+        self.ekf.flush()  # queued intervals are propagated with the noise they were sampled under
+        self.config = config
+        self.ekf = ErrorStateEkf(config, self.ekf.state, self.ekf.cov)
 
     def add_imu(self, t: float, acc: np.ndarray, gyro: np.ndarray) -> bool:
         """Feed one IMU sample: stamp [s], specific force [m/s²] and rate [rad/s] (body frame).

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from velobins_common.fields import param
 from velobins_common.interp import interp_columns
 from velobins_common.params import load_section
 
@@ -85,13 +86,13 @@ class PredictorConfig:
     (:func:`load_predictor_config`), so offline numbers are the node's numbers.
     """
 
-    update_rate: float = 20.0
+    update_rate: float = param(20.0, min=0.1, max=1000.0, live=True)
     """Network updates per second of IMU time [Hz] (paper: 20)."""
-    max_rotor_age: float = 0.1
+    max_rotor_age: float = param(0.1, min=0.001, max=10.0, live=True)
     """Newest rotor sample may lag the newest IMU sample by at most this much [s]; else no estimate."""
-    max_imu_rate: float = 1000.0
+    max_imu_rate: float = param(1000.0, min=1.0, max=100000.0)
     """Highest expected IMU/rotor rate [Hz]; sizes the ring buffers (window + 0.5 s)."""
-    uncertainty: str = ""
+    uncertainty: str = param("", choices=("", *UNCERTAINTY_SOURCES), live=True)
     """Reported variance source: B (bins), C (covariance decoder) or B+C; empty = the variant the
     checkpoint was trained as."""
 
@@ -145,6 +146,20 @@ class StreamingPredictor:
         self._device = next(model.parameters()).device
         if self._device.type == "cpu":
             kernel_status()  # build/load the native kernels now, not inside the first window's callback
+
+    def set_config(self, config: PredictorConfig) -> None:
+        """Apply a changed update rate, rotor staleness bound or uncertainty source from now on,
+        keeping the buffered window (``max_imu_rate`` sizes the buffers: it needs a new predictor).
+
+        Raises ``ValueError`` (and changes nothing) when the model cannot give the uncertainty."""
+        if config.max_imu_rate != self.config.max_imu_rate:
+            raise ValueError("StreamingPredictor.set_config: max_imu_rate sizes the buffers; build a new predictor")
+        uncertainty = config.uncertainty or self.model.cfg.uncertainty
+        check_uncertainty(uncertainty, self.model.bins is not None, self.model.cov is not None)
+        self.config = config
+        self.uncertainty = uncertainty
+        self.period = 1.0 / config.update_rate
+        self.max_rotor_age = config.max_rotor_age
 
     def push_imu(self, t: float, acc: np.ndarray, gyro: np.ndarray) -> bool:
         """Add one IMU sample (body specific force [m/s²], angular rate [rad/s]); False if rejected."""

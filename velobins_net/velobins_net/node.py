@@ -1,4 +1,4 @@
-"""The network node: ``/imu`` + ``/rotor_speeds`` -> ``/velobins/velocity`` (+ ``/velobins/twist``).
+"""The network node: ``imu`` + ``rotor_speeds`` -> ``velobins/velocity`` (+ ``velobins/twist``).
 
 A thin adapter around :class:`velobins_net.inference.StreamingPredictor`: it validates each message
 at the boundary (non-finite values, wrong rotor count or kind, stamps that go backwards), counts
@@ -7,31 +7,45 @@ and logs what it drops, keeps the time-aligned 1 s window, and publishes at the 
 
 A backwards jump of the IMU stamps larger than ``time_jump_reset`` (a bag restarting in a loop, a
 clock reset) clears the window instead of stalling on "out of order" forever.
+
+Topic names are relative (a namespace moves them); frame ids get ``frame_prefix``. Health goes to
+``/diagnostics`` every ``diagnostics_period``: input rates, the rotor stream's lag, drops by reason,
+the predictor's outcomes (``no_rotor``, ``rotor_stale``, ...) and the age of the last estimate, with
+a level and a message naming the cause (:func:`velobins_common.health.net_status`); when no
+estimate goes out for ``silence_warn_after`` s while IMU arrives, a throttled WARN says why.
+Parameters marked live in the config dataclasses (update rate, rotor age, uncertainty, ...) can be
+changed with ``ros2 param set``; the others are read-only.
 """
 
 from __future__ import annotations
 
 import math
+import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 from geometry_msgs.msg import TwistWithCovarianceStamped
+from rcl_interfaces.msg import SetParametersResult
 from rclpy.node import Node
 from sensor_msgs.msg import Imu
 
+from velobins_common.fields import param
+from velobins_common.health import CountDelta, RateMeter, SilenceAlarm, Status, Stream, net_status
 from velobins_msgs.msg import RotorSpeeds, VelocityEstimate
 from velobins_ros import (
     RELIABLE_QOS,
     DropCounter,
     declare_config,
-    reject_runtime_changes,
     run_node,
     sensor_qos,
     set_xyz,
     stamp_to_sec,
 )
+from velobins_ros.health import Diagnostics, count_values, stream_values
 
+from .decoders import check_uncertainty
 from .inference import PredictorConfig, StreamingPredictor, load_checkpoint
 
 UNUSED_VARIANCE = 1.0e6
@@ -44,28 +58,38 @@ _RPM_TO_RAD_S = 2.0 * math.pi / 60.0
 class NetNodeConfig:
     """Parameters of the network node besides the predictor's own (``predictor.*``, :class:`PredictorConfig`).
 
-    Declared from these defaults; see config/velobins.yaml."""
+    Declared from these defaults; see config/velobins.yaml. Topic names are relative, so a
+    namespace (``-r __ns:=/drone1``) moves them all."""
 
-    model_path: str = ""
+    model_path: str = param("")
     """Checkpoint written by `velobins train` (best.pt)."""
-    imu_topic: str = "/imu"
+    imu_topic: str = param("imu")
     """Input sensor_msgs/Imu (body-frame specific force and angular rate)."""
-    rotor_topic: str = "/rotor_speeds"
+    rotor_topic: str = param("rotor_speeds")
     """Input velobins_msgs/RotorSpeeds."""
-    velocity_topic: str = "/velobins/velocity"
+    velocity_topic: str = param("velobins/velocity")
     """Output velobins_msgs/VelocityEstimate."""
-    twist_topic: str = "/velobins/twist"
+    twist_topic: str = param("velobins/twist")
     """Output geometry_msgs/TwistWithCovarianceStamped (for robot_localization); empty disables it."""
-    frame_id: str = "base_link"
-    """Body frame of the published velocity."""
-    time_jump_reset: float = 0.5
+    frame_id: str = param("base_link")
+    """Body frame of the published velocity (frame_prefix is prepended)."""
+    frame_prefix: str = param("")
+    """Prepended to every frame id the node publishes (tf_prefix style, e.g. 'drone1/'), so several
+    vehicles share one TF tree."""
+    time_jump_reset: float = param(0.5, min=0.0, max=3600.0, live=True)
     """IMU stamps going back by more than this [s] reset the window (bag loop, clock reset)."""
-    publish_distribution: bool = False
+    publish_distribution: bool = param(False, live=True)
     """Also publish the bin centres and per-axis bin distribution (debugging, plots)."""
-    input_queue_depth: int = 200
+    input_queue_depth: int = param(200, min=1, max=100000)
     """Queue depth of the sensor-data subscriptions (deep enough for fast replay)."""
-    num_threads: int = 1
+    num_threads: int = param(1, min=1, max=256)
     """torch intra-op threads for inference (1 keeps latency predictable beside the EKF)."""
+    diagnostics_period: float = param(1.0, min=0.05, max=60.0)
+    """Seconds (wall) between the node's diagnostic_msgs/DiagnosticArray messages on /diagnostics."""
+    input_timeout: float = param(0.5, min=0.01, max=60.0, live=True)
+    """Wall seconds without a message after which an input stream counts as stopped (diagnostics)."""
+    silence_warn_after: float = param(2.0, min=0.1, max=3600.0, live=True)
+    """Wall seconds without an estimate while IMU arrives before a (throttled) WARN naming the cause."""
 
 
 class VeloBinsNetNode(Node):
@@ -73,11 +97,9 @@ class VeloBinsNetNode(Node):
 
     def __init__(self) -> None:
         super().__init__("velobins_net")
-        self.config = declare_config(self, NetNodeConfig())
-        self.predictor_config = declare_config(self, PredictorConfig(), prefix="predictor.")
-        reject_runtime_changes(
-            self,
-            set(NetNodeConfig.__dataclass_fields__) | {"predictor." + f for f in PredictorConfig.__dataclass_fields__},
+        self.config = declare_config(self, NetNodeConfig(), on_change=self._on_config)
+        self.predictor_config = declare_config(
+            self, PredictorConfig(), prefix="predictor.", on_change=self._on_predictor
         )
         cfg = self.config
         if not cfg.model_path:
@@ -88,6 +110,7 @@ class VeloBinsNetNode(Node):
         self.num_rotors = self.model.cfg.num_rotors
         self.drops = DropCounter(self)
         self.predictor = self._new_predictor()
+        self.add_on_set_parameters_callback(self._check_uncertainty)
         self._last_imu_t: float | None = None
         self.published = 0
         bins = self.model.bins
@@ -99,21 +122,87 @@ class VeloBinsNetNode(Node):
             else None
         )
         qos = sensor_qos(cfg.input_queue_depth)
-        self.create_subscription(Imu, cfg.imu_topic, self.on_imu, qos)
-        self.create_subscription(RotorSpeeds, cfg.rotor_topic, self.on_rotor, qos)
+        self.imu_sub = self.create_subscription(Imu, cfg.imu_topic, self.on_imu, qos)
+        self.rotor_sub = self.create_subscription(RotorSpeeds, cfg.rotor_topic, self.on_rotor, qos)
         self.create_timer(5.0, self.drops.maybe_log)
+        self._init_health()
         self.get_logger().info(
             f"model {cfg.model_path}: head={self.model.cfg.head} rotors={self.num_rotors} ({self.rotor_kind}) "
-            f"window={self.model.cfg.window_s:g}s@{self.model.cfg.rate_hz:g}Hz; publishing {cfg.velocity_topic} "
-            f"at {self.predictor_config.update_rate:g} Hz"
+            f"window={self.model.cfg.window_s:g}s@{self.model.cfg.rate_hz:g}Hz; publishing "
+            f"{self.vel_pub.topic_name} at {self.predictor_config.update_rate:g} Hz"
         )
 
     def _new_predictor(self) -> StreamingPredictor:
         return StreamingPredictor(self.model, self.predictor_config, return_probs=self.config.publish_distribution)
 
+    # ------------------------------------------------------------------ live parameters
+    def _on_config(self, config: NetNodeConfig) -> None:
+        self.config = config
+        self.predictor.return_probs = config.publish_distribution and self.model.bins is not None
+        self._alarm.after = config.silence_warn_after
+
+    def _on_predictor(self, config: PredictorConfig) -> None:
+        self.predictor_config = config
+        self.predictor.set_config(config)
+
+    def _check_uncertainty(self, params: list) -> SetParametersResult:
+        """Refuse an uncertainty source the loaded model cannot give (before it is accepted)."""
+        for p in params:
+            if p.name == "predictor.uncertainty" and isinstance(p.value, str):
+                try:
+                    source = p.value or self.model.cfg.uncertainty
+                    check_uncertainty(source, self.model.bins is not None, self.model.cov is not None)
+                except ValueError as exc:
+                    return SetParametersResult(successful=False, reason=str(exc))
+        return SetParametersResult(successful=True)
+
+    # ------------------------------------------------------------------ health
+    def _init_health(self) -> None:
+        self.imu_meter, self.rotor_meter = RateMeter(), RateMeter()
+        self._last_out: float | None = None
+        self._reasons, self._new_drops = CountDelta(), CountDelta()
+        self._alarm = SilenceAlarm(self.config.silence_warn_after)
+        hardware_id = self.config.frame_prefix + self.config.frame_id
+        self.diagnostics = Diagnostics(
+            self, "velocity network", hardware_id, self.config.diagnostics_period, self.health
+        )
+
+    def _rotor_lag(self) -> float | None:
+        imu, rotor = self.imu_meter.last_stamp, self.rotor_meter.last_stamp
+        return None if imu is None or rotor is None else imu - rotor
+
+    def _decide(self, now: float, reasons: Mapping[str, int], drops: Mapping[str, int]) -> Status:
+        cfg = self.config
+        imu = Stream("IMU", self.imu_sub.topic_name, self.imu_meter.age(now))
+        rotor = Stream("rotor speeds", self.rotor_sub.topic_name, self.rotor_meter.age(now))
+        silence = SilenceAlarm.silence(now, self._last_out, self.imu_meter.first)
+        lag, max_age = self._rotor_lag(), self.predictor.max_rotor_age
+        return net_status(imu, rotor, cfg.input_timeout, lag, max_age, silence, cfg.silence_warn_after, reasons, drops)
+
+    def health(self, now: float) -> Status:
+        """The node's state for /diagnostics (decided by :func:`velobins_common.health.net_status`)."""
+        status = self._decide(now, self._reasons.since(self.predictor.counts), self._new_drops.since(self.drops.counts))
+        values = stream_values(now, {"IMU": self.imu_meter, "rotor speeds": self.rotor_meter})
+        lag = self._rotor_lag()
+        values["rotor lag behind IMU [s]"] = "n/a" if lag is None else f"{lag:.3f}"
+        values["estimates published"] = str(self.published)
+        values["last estimate age [s]"] = "never" if self._last_out is None else f"{now - self._last_out:.3f}"
+        values.update(count_values("dropped", self.drops.counts))
+        values.update(count_values("predictor", self.predictor.counts))
+        return Status(status.level, status.message, values)
+
+    def _check_silence(self) -> None:
+        """Throttled WARN naming the cause when no estimate went out for silence_warn_after s."""
+        now = time.monotonic()
+        silence = SilenceAlarm.silence(now, self._last_out, self.imu_meter.first)
+        if self._alarm.due(now, silence, 0.0, self.config.input_timeout):
+            cause = self._decide(now, self.predictor.counts, {}).message
+            self.get_logger().warning(f"no velocity estimate for {silence:.1f} s while IMU arrives: {cause}")
+
     # ------------------------------------------------------------------ inputs
     def on_rotor(self, msg: RotorSpeeds) -> None:
         t = stamp_to_sec(msg.header.stamp)
+        self.rotor_meter.tick(time.monotonic(), t)
         speeds = np.asarray(msg.speeds, dtype=np.float64)
         if speeds.shape != (self.num_rotors,):
             self.drops.drop("rotor_count", f"{speeds.size} rotors, model expects {self.num_rotors}")
@@ -132,6 +221,7 @@ class VeloBinsNetNode(Node):
 
     def on_imu(self, msg: Imu) -> None:
         t = stamp_to_sec(msg.header.stamp)
+        self.imu_meter.tick(time.monotonic(), t)
         if self._last_imu_t is not None and t < self._last_imu_t - self.config.time_jump_reset:
             self.get_logger().warning(
                 f"IMU time jumped back {self._last_imu_t - t:.3f} s (bag loop / clock reset): resetting the window"
@@ -145,9 +235,11 @@ class VeloBinsNetNode(Node):
         self._last_imu_t = t
         prediction = self.predictor.step()
         if prediction is None:
+            self._check_silence()
             return
         if not (np.all(np.isfinite(prediction.velocity)) and np.all(np.isfinite(prediction.variance))):
             self.drops.drop("non_finite_output", "network produced NaN/inf; not published")
+            self._check_silence()
             return
         self.publish(msg.header.stamp, prediction)
 
@@ -156,7 +248,7 @@ class VeloBinsNetNode(Node):
         v, var = prediction.velocity, prediction.variance
         out = VelocityEstimate()
         out.header.stamp = stamp
-        out.header.frame_id = self.config.frame_id
+        out.header.frame_id = self.config.frame_prefix + self.config.frame_id
         set_xyz(out.velocity, v)
         out.covariance = np.diag(var).reshape(-1).tolist()
         if prediction.probs is not None:
@@ -173,6 +265,7 @@ class VeloBinsNetNode(Node):
             twist.twist.covariance = cov.reshape(-1).tolist()
             self.twist_pub.publish(twist)
         self.published += 1
+        self._last_out = time.monotonic()
 
 
 def main(args: list[str] | None = None) -> None:

@@ -1,0 +1,313 @@
+"""The nodes' health on /diagnostics, live: the states a user must see, and live parameter changes.
+
+The installed network node (the tiny model of :func:`graph_fixtures.tiny_setup`) and EKF node run
+as separate processes with ``config/velobins.yaml``. This process publishes the held-out flight's
+IMU and rotor messages in real time (stamped with wall time, the flight looped) in phases, and
+records ``/diagnostics``:
+
+1. **rotor stream missing**: IMU only. Network ERROR "no rotor speeds on /rotor_speeds", and its
+   throttled WARN log line names that cause; the EKF waits for its first velocity (WARN).
+2. **healthy**: IMU + rotor. Both OK, with input rates and the NIS summary in the key-values.
+3. **rotor stream stale**: rotor messages stamped 0.4 s behind the IMU (max_rotor_age 0.1 s).
+   Network WARN "rotor stream stale"; the predictor's ``rotor_stale`` count is shown.
+4. **IMU gap**: nothing published. Both WARN "no IMU on /imu for X s".
+
+Before the first IMU both say STALE. The NIS consistency check cannot fire in phase 2: its window
+(100 updates, 5 s at 20 Hz) is longer than the phase.
+
+A second test changes the EKF's parameters through its ``set_parameters`` service: ``odom_rate``
+(given as an int) takes effect on the odometry rate; a read-only parameter, an out-of-range value
+and a filter field that cannot change on a running filter are refused.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import graph_fixtures as gf
+import numpy as np
+import pytest
+
+from velobins_eval.bag import rotor_kind_code
+from velobins_eval.graph import config_files, executable
+
+pytestmark = pytest.mark.ros
+
+TEST_SECONDS = 5.0
+"""Length of the held-out flight (looped while publishing) [s]."""
+PHASES = (("missing", 3.0), ("healthy", 3.5), ("stale", 2.0), ("gap", 2.0))
+"""Phases in order, with their wall length [s]."""
+SETTLE = 0.9
+"""A status counts for its phase when it arrives this long after the phase started [s]."""
+STALE_LAG = 0.4
+"""How far the rotor stamps lag the IMU in the stale phase [s] (max_rotor_age is 0.1 s)."""
+DIAG_PERIOD = 0.25
+"""diagnostics_period of both nodes in these tests [s] (velobins.yaml: 1.0)."""
+NET, EKF = "/velobins_net: velocity network", "/velobins_ekf: EKF"
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory) -> gf.GraphSetup:
+    return gf.tiny_setup(tmp_path_factory.mktemp("graph_health"), test_seconds=TEST_SECONDS)
+
+
+def start(package: str, name: str, log: Path, params: dict[str, Any]) -> subprocess.Popen:
+    """An installed node with velobins.yaml and ``params`` (``-p name:=value``), output to ``log``."""
+    cmd = [str(executable(package, name)), "--ros-args", "--params-file", str(config_files()[0])]
+    for key, value in params.items():
+        cmd += ["-p", f"{key}:={value}"]
+    with log.open("w") as out:
+        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+
+
+def stop(procs: list[subprocess.Popen]) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGINT)
+    for p in procs:
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+@dataclass
+class Diag:
+    """One received status: wall arrival (monotonic) [s], level, message, key-values."""
+
+    wall: float
+    level: int
+    message: str
+    values: dict[str, str]
+
+
+class Probe:
+    """This process's ROS side: IMU / rotor / velocity publishers, /diagnostics and odometry recorders."""
+
+    def __init__(self, domain_id: int) -> None:
+        import rclpy
+        from diagnostic_msgs.msg import DiagnosticArray
+        from nav_msgs.msg import Odometry
+        from rclpy.context import Context
+        from rclpy.executors import SingleThreadedExecutor
+        from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+        from rclpy.signals import SignalHandlerOptions
+        from sensor_msgs.msg import Imu
+
+        from velobins_msgs.msg import RotorSpeeds, VelocityEstimate
+
+        self.ctx = Context()
+        rclpy.init(args=[], context=self.ctx, domain_id=domain_id, signal_handler_options=SignalHandlerOptions.NO)
+        self.node = rclpy.create_node("health_probe", context=self.ctx)
+        reliable = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
+        self.imu_pub = self.node.create_publisher(Imu, "/imu", qos_profile_sensor_data)
+        self.rotor_pub = self.node.create_publisher(RotorSpeeds, "/rotor_speeds", qos_profile_sensor_data)
+        self.vel_pub = self.node.create_publisher(VelocityEstimate, "/velobins/velocity", reliable)
+        self.Imu, self.RotorSpeeds, self.VelocityEstimate = Imu, RotorSpeeds, VelocityEstimate
+        self.diags: dict[str, list[Diag]] = {}
+        self.odometry: list[float] = []  # wall arrival times
+        self.node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diag, reliable)
+        self.node.create_subscription(
+            Odometry, "/velobins/odometry", lambda m: self.odometry.append(time.monotonic()), reliable
+        )
+        self.executor = SingleThreadedExecutor(context=self.ctx)
+        self.executor.add_node(self.node)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._spin, daemon=True)
+        self._thread.start()
+
+    def _on_diag(self, msg: Any) -> None:
+        now = time.monotonic()
+        for s in msg.status:
+            level = s.level[0] if isinstance(s.level, bytes) else int(s.level)
+            values = {kv.key: kv.value for kv in s.values}
+            self.diags.setdefault(s.name, []).append(Diag(now, level, s.message, values))
+
+    def _spin(self) -> None:
+        while not self._stop.is_set() and self.ctx.ok():
+            self.executor.spin_once(timeout_sec=0.02)
+
+    def wait_for(self, what: Callable[[], bool], timeout: float, label: str) -> None:
+        end = time.monotonic() + timeout
+        while not what():
+            if time.monotonic() > end:
+                raise AssertionError(f"timed out waiting for {label}")
+            time.sleep(0.05)
+
+    def set_parameters(self, node: str, values: dict[str, Any]) -> list[Any]:
+        """Results of ``/<node>/set_parameters`` (one per value, in order)."""
+        from rcl_interfaces.srv import SetParameters
+        from rclpy.parameter import Parameter
+
+        client = self.node.create_client(SetParameters, f"{node}/set_parameters")
+        assert client.wait_for_service(timeout_sec=10.0), f"{node}/set_parameters not available"
+        request = SetParameters.Request(
+            parameters=[Parameter(k, value=v).to_parameter_msg() for k, v in values.items()]
+        )
+        future = client.call_async(request)
+        self.wait_for(future.done, 10.0, f"{node}/set_parameters")
+        self.node.destroy_client(client)
+        return list(future.result().results)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5.0)
+        self.executor.shutdown()
+        self.node.destroy_node()
+        self.ctx.try_shutdown()
+
+
+def _stamp(msg: Any, t: float) -> None:
+    msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(int(t * 1e9), 1_000_000_000)
+
+
+class Feeder:
+    """Publishes a looped flight's IMU (and rotor, per phase) in real time, stamped with wall time."""
+
+    def __init__(self, probe: Probe, flight: Any) -> None:
+        self.probe, self.flight = probe, flight
+        self.rate = 1.0 / float(np.median(np.diff(flight.t)))
+        self.kind = rotor_kind_code(flight.rotor_kind)
+        self.i = 0
+
+    def run(self, seconds: float, rotor: bool = True, rotor_lag: float = 0.0, velocity: bool = False) -> None:
+        """Publish for ``seconds`` of wall time; rotor stamps ``rotor_lag`` behind the IMU's."""
+        p, f = self.probe, self.flight
+        imu, rot, vel = p.Imu(), p.RotorSpeeds(), p.VelocityEstimate()
+        imu.header.frame_id = "base_link"
+        rot.kind = self.kind
+        vel.covariance = (np.eye(3) * 0.01).reshape(-1).tolist()
+        start = time.monotonic()
+        n = 0
+        while time.monotonic() - start < seconds:
+            k = self.i % len(f.t)
+            t = time.time()
+            a, w = imu.linear_acceleration, imu.angular_velocity
+            a.x, a.y, a.z = (float(x) for x in f.acc[k])
+            w.x, w.y, w.z = (float(x) for x in f.gyro[k])
+            _stamp(imu, t)
+            p.imu_pub.publish(imu)
+            if rotor:
+                rot.speeds = [float(x) for x in f.rotor[k]]
+                _stamp(rot, t - rotor_lag)
+                p.rotor_pub.publish(rot)
+            if velocity and self.i % max(1, round(self.rate / 20.0)) == 0:
+                _stamp(vel, t)
+                p.vel_pub.publish(vel)
+            self.i += 1
+            n += 1
+            time.sleep(max(0.0, start + n / self.rate - time.monotonic()))
+
+
+def last_in(diags: list[Diag], start: float, end: float) -> Diag:
+    inside = [d for d in diags if start <= d.wall <= end]
+    assert inside, f"no status between {start:.2f} and {end:.2f}: {[(d.wall, d.message) for d in diags]}"
+    return inside[-1]
+
+
+def test_diagnostic_states(ros_domain: int, setup: gf.GraphSetup, tmp_path: Path) -> None:
+    common = {"diagnostics_period": DIAG_PERIOD}
+    net_log, ekf_log = tmp_path / "net.log", tmp_path / "ekf.log"
+    procs = [
+        start("velobins_net", "velobins_net_node", net_log, {**common, "model_path": setup.checkpoint}),
+        start("velobins_ekf", "velobins_ekf_node", ekf_log, common),
+    ]
+    probe = Probe(ros_domain)
+    try:
+        probe.wait_for(lambda: NET in probe.diags and EKF in probe.diags, 60.0, "both nodes' diagnostics")
+        probe.wait_for(lambda: probe.imu_pub.get_subscription_count() >= 2, 10.0, "IMU subscribers")
+        for name in (NET, EKF):
+            first = probe.diags[name][0]
+            assert first.level == 3 and first.message == "no IMU on /imu yet", (name, first)
+        feeder = Feeder(probe, setup.flight)
+        marks: dict[str, tuple[float, float]] = {}
+        for phase, seconds in PHASES:
+            t0 = time.monotonic()
+            if phase == "missing":
+                feeder.run(seconds, rotor=False)
+            elif phase == "healthy":
+                feeder.run(seconds)
+            elif phase == "stale":
+                feeder.run(seconds, rotor_lag=STALE_LAG)
+            else:
+                time.sleep(seconds)
+            marks[phase] = (t0 + SETTLE, time.monotonic() + 0.1)
+        time.sleep(0.2)
+    finally:
+        probe.close()
+        stop(procs)
+    net, ekf = probe.diags[NET], probe.diags[EKF]
+
+    d = last_in(net, *marks["missing"])
+    assert d.level == 2 and d.message.startswith("no rotor speeds on /rotor_speeds"), d
+    assert d.values["rotor speeds age [s]"] == "never" and float(d.values["IMU rate [Hz]"]) > 50
+    assert int(d.values["predictor no_rotor"]) > 0
+    d = last_in(ekf, *marks["missing"])
+    assert d.level == 1 and d.message.startswith("not initialised"), d
+
+    for diags, message in ((net, "estimating"), (ekf, "tracking")):
+        d = last_in(diags, *marks["healthy"])
+        assert (d.level, d.message) == (0, message), d
+    d = last_in(ekf, *marks["healthy"])
+    assert d.values["initialised"] == "true" and int(d.values["NIS updates (window)"]) > 10
+    assert "NIS share inside" in d.values and d.values["NIS 95% interval (χ²3)"] == "[0.216, 9.348]"
+    assert float(last_in(net, *marks["healthy"]).values["rotor speeds rate [Hz]"]) > 50
+
+    d = last_in(net, *marks["stale"])
+    assert d.level == 1 and d.message.startswith("rotor stream stale"), d
+    assert float(d.values["rotor lag behind IMU [s]"]) == pytest.approx(STALE_LAG, abs=0.05)
+    assert int(d.values["predictor rotor_stale"]) > 0
+
+    for diags in (net, ekf):
+        d = last_in(diags, *marks["gap"])
+        assert d.level == 1 and d.message.startswith("no IMU on /imu for "), d
+        assert float(d.message.split(" for ")[1].split()[0]) >= SETTLE - 0.2
+
+    log = net_log.read_text()
+    assert "no velocity estimate for" in log and "while IMU arrives: no rotor speeds on /rotor_speeds" in log, log
+
+
+def test_live_parameters(ros_domain: int, tmp_path: Path, setup: gf.GraphSetup) -> None:
+    proc = start("velobins_ekf", "velobins_ekf_node", tmp_path / "ekf.log", {"diagnostics_period": DIAG_PERIOD})
+    probe = Probe(ros_domain)
+    try:
+        probe.wait_for(lambda: EKF in probe.diags, 30.0, "the EKF's diagnostics")
+        probe.wait_for(lambda: probe.imu_pub.get_subscription_count() >= 1, 10.0, "IMU subscriber")
+        feeder = Feeder(probe, setup.flight)
+        feeder.run(1.0, rotor=False, velocity=True)  # initialise
+        rates = []
+        for odom_rate in (None, 10):
+            if odom_rate is not None:
+                (result,) = probe.set_parameters("/velobins_ekf", {"odom_rate": odom_rate})  # an int for a double
+                assert result.successful, result.reason
+            t0 = time.monotonic() + 0.3
+            feeder.run(2.0, rotor=False, velocity=True)
+            t1 = time.monotonic()
+            rates.append(sum(t0 <= t <= t1 for t in probe.odometry) / (t1 - t0))
+        assert rates[0] == pytest.approx(50.0, rel=0.3) and rates[1] == pytest.approx(10.0, rel=0.3), rates
+
+        refused = {
+            "imu_topic": "other_imu",  # read-only: a restart is needed
+            "odom_rate": -5.0,  # out of range
+            "filter.gravity": 9.7,  # read-only: the filter cannot change it while running
+        }
+        for name, value in refused.items():
+            (result,) = probe.set_parameters("/velobins_ekf", {name: value})
+            assert not result.successful, name
+        results = probe.set_parameters("/velobins_ekf", {"filter.acc_noise_density": 0.05, "publish_tf": False})
+        assert all(r.successful for r in results), [r.reason for r in results]
+        feeder.run(0.5, rotor=False, velocity=True)
+        assert proc.poll() is None
+    finally:
+        probe.close()
+        stop([proc])
+    log = (tmp_path / "ekf.log").read_text()
+    assert "parameters changed: odom_rate=10" in log, log
