@@ -10,13 +10,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import onnxruntime as ort
 import pytest
 import torch
 
 from velobins_eval.cli import main
 from velobins_net.checkpoint import save_checkpoint
 from velobins_net.config import ModelConfig
+from velobins_net.export import run_exported
 from velobins_net.model import VeloBinsNet
 
 torch.set_num_threads(1)
@@ -70,11 +70,7 @@ def test_export_writes_a_file_that_matches_the_model(ckpt: Path, tmp_path: Path,
     x = torch.randn(4, model.cfg.window_len, model.cfg.input_channels)
     with torch.no_grad():
         ref = model(x).v.numpy()
-    if fmt == "onnx":
-        got = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, {"window": x.numpy()})[0]
-    else:
-        with torch.no_grad():
-            got = torch.jit.load(str(out))(x)[0].numpy()
+    got = run_exported(out, fmt, x.numpy())[0]  # onnxruntime / torch.jit on new windows
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
 
 
@@ -98,7 +94,7 @@ def test_existing_output_is_refused_without_overwrite(ckpt: Path, tmp_path: Path
     )
     assert code == 0, err
     assert out.read_bytes() != b"the user's file" and "max deviation" in stdout
-    torch.jit.load(str(out))
+    assert run_exported(out, "torchscript", np.zeros((1, 100, 10), np.float32))[0].shape == (1, 3)
 
 
 @pytest.mark.parametrize("content", [None, b"not a checkpoint", b""])
@@ -158,3 +154,15 @@ def test_output_folder_and_options_are_checked(ckpt: Path, tmp_path: Path, capsy
     assert "invalid choice" in capsys.readouterr().err
     assert main(["export", "--help"]) == 0
     assert "velobins export --checkpoint run/best.pt --format onnx" in capsys.readouterr().out
+
+
+def test_missing_runtime_is_one_line(ckpt: Path, tmp_path: Path, capsys, monkeypatch) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "onnxruntime" else real(name, *a))
+    out = tmp_path / "m.onnx"
+    code, _, err = _run(capsys, "--checkpoint", str(ckpt), "--format", "onnx", "--out", str(out))
+    assert code == 2
+    _one_line_error(err, "onnxruntime", "pip install")
+    assert not out.exists()

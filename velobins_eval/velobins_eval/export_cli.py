@@ -78,7 +78,19 @@ def check_out(out: Path, overwrite: bool) -> list[Path]:
     return [p for p in (out.parent, *out.parent.parents) if not p.exists()]
 
 
+RUNTIMES = {"onnx": ("onnx", "onnxruntime")}
+"""Python packages a format needs beyond torch: the exporter's (onnx) and the parity check's (onnxruntime)."""
+
+
 def _validate(args: argparse.Namespace) -> None:
+    import importlib.util
+
+    missing = [name for name in RUNTIMES.get(args.format, ()) if importlib.util.find_spec(name) is None]
+    if missing:
+        raise ValueError(
+            f"--format {args.format} needs the Python packages {missing} (export and parity check): "
+            f"pip install {' '.join(missing)}"
+        )
     if args.parity_batch < 1:
         raise ValueError(f"--parity-batch must be >= 1, got {args.parity_batch}")
     if args.rtol < 0 or args.atol < 0:
