@@ -39,6 +39,8 @@ def _value(v) -> str:
         return json.dumps(v)
     if isinstance(v, float):
         return repr(v)
+    if isinstance(v, tuple):  # a YAML flow list; [] leaves an array parameter unset (= its empty default)
+        return "[" + ", ".join(_value(x) for x in v) + "]"
     return str(v)
 
 

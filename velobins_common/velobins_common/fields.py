@@ -235,6 +235,8 @@ def _coerce(cls: type, name: str, value: Any) -> Any:
     origin = typing.get_origin(kind)
     if origin is tuple or kind is tuple:
         element = (typing.get_args(kind) or (float,))[0]
+        if value is None:  # an empty array parameter is "not set" in ROS (rclpy cannot type an empty list)
+            return ()
         if isinstance(value, str | bytes) or not isinstance(value, Iterable):
             raise ValueError(f"'{name}': expected a list of {element.__name__}, got {value!r}")
         out = tuple(_scalar(name, element, v) for v in value)
