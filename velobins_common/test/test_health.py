@@ -100,6 +100,8 @@ def test_net_status_states() -> None:
     assert stale.level == WARN and stale.message.startswith("rotor stream stale") and "0.350 s" in stale.message
     silent = _net(silence=3.0, reasons={"rate_limited": 900, "non_finite": 50})
     assert silent.level == WARN and silent.message == "no estimate for 3.0 s: non_finite"
+    frame = _net(silence=3.0, reasons={"rate_limited": 5}, drops={"imu_frame_unknown": 300})
+    assert frame.message == "no estimate for 3.0 s: imu_frame_unknown"
     dropping = _net(drops={"rotor_count": 2})
     assert dropping.level == WARN and "rotor_count ×2" in dropping.message
 

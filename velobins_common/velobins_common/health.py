@@ -252,7 +252,8 @@ def net_status(
         silence: seconds without an estimate while IMU arrives (since the first IMU if none yet).
         silence_after: silence that is a problem [s].
         reasons: the predictor's outcomes since the last decision (why no estimate went out).
-        drops: inputs dropped since the last decision, by reason.
+        drops: inputs dropped since the last decision, by reason (a silence names the most frequent
+            of these and the reasons: e.g. every IMU message dropped while its frame is unknown).
     """
     bad = imu_status(imu, timeout)
     if bad is not None:
@@ -266,8 +267,9 @@ def net_status(
             f"(max_rotor_age {max_rotor_age:g} s): no estimates",
         )
     if silence is not None and silence > silence_after:
-        why = [k for k, _ in sorted(reasons.items(), key=lambda kv: -kv[1]) if k not in ("ok", "rate_limited")]
-        return Status(WARN, f"no estimate for {silence:.1f} s" + (f": {why[0]}" if why else ""))
+        causes = {k: v for k, v in reasons.items() if k not in ("ok", "rate_limited")} | dict(drops)
+        why = max(causes, key=causes.__getitem__) if causes else ""
+        return Status(WARN, f"no estimate for {silence:.1f} s" + (f": {why}" if why else ""))
     return _dropping(drops) or Status(OK, "estimating")
 
 

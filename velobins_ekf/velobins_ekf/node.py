@@ -54,6 +54,7 @@ from velobins_ros import (
     stamp_to_sec,
 )
 from velobins_ros.health import Diagnostics, count_values, stream_values
+from velobins_ros.imu_frame import DEFAULT_IMU_FRAME_TIMEOUT, ImuFrame
 
 from .config import EkfConfig
 from .ekf import NavState
@@ -92,6 +93,14 @@ class EkfNodeConfig:
     frame_prefix: str = param("")
     """Prepended to every frame id the node publishes or looks up (tf_prefix style, e.g. 'drone1/'),
     so several vehicles share one TF tree."""
+    imu_to_body: tuple[float, ...] = param(())
+    """Rotation of the IMU frame into the body frame (FLU), overriding TF: 4 numbers = quaternion
+    (x, y, z, w), 9 = row-major rotation matrix (v_body = R v_imu); e.g. [1.0, 0.0, 0.0, 0.0] for an
+    FRD IMU. Empty: the IMU's header.frame_id is used (empty or the body frame = identity), with the
+    static transform body <- frame_id from /tf_static."""
+    imu_frame_timeout: float = param(DEFAULT_IMU_FRAME_TIMEOUT, min=0.1, max=3600.0)
+    """Seconds (wall time) without a static transform for the IMU's frame before a repeated ERROR
+    (the messages are counted as dropped, imu_frame_unknown, from the first)."""
     publish_tf: bool = param(True, live=True)
     """Broadcast odom -> base_link."""
     odom_rate: float = param(50.0, min=0.0, max=10000.0, live=True)
@@ -134,6 +143,7 @@ class EkfNode(Node):
         self.filter_config = declare_config(self, EkfConfig(), prefix="filter.", on_change=self._on_filter)
         cfg = self.config
         self.drops = DropCounter(self)
+        self.imu_frame = ImuFrame(self, self.base_frame, cfg.imu_to_body, self.drops, cfg.imu_frame_timeout)
         self.filter = self._new_filter()
         self._last_imu_t: float | None = None
         self._last_odom_t = -math.inf
@@ -283,8 +293,11 @@ class EkfNode(Node):
             self.drops.drop("imu_before_init", "waiting for the first ground-truth pose")
             self._check_silence()
             return
-        a, w = msg.linear_acceleration, msg.angular_velocity
-        acc, gyro = np.array([a.x, a.y, a.z]), np.array([w.x, w.y, w.z])
+        body = self.imu_frame.to_body(msg)
+        if body is None:  # IMU frame not known yet: counted as imu_frame_unknown
+            self._check_silence()
+            return
+        acc, gyro = body
         before = self.filter.stats.imu_used
         if not self.filter.add_imu(t, acc, gyro):
             self.drops.drop("imu_rejected", f"filter stats {self._stats_summary()}")

@@ -44,6 +44,7 @@ from velobins_ros import (
     stamp_to_sec,
 )
 from velobins_ros.health import Diagnostics, count_values, stream_values
+from velobins_ros.imu_frame import DEFAULT_IMU_FRAME_TIMEOUT, ImuFrame
 
 from .decoders import check_uncertainty
 from .inference import PredictorConfig, StreamingPredictor, load_checkpoint
@@ -76,6 +77,14 @@ class NetNodeConfig:
     frame_prefix: str = param("")
     """Prepended to every frame id the node publishes (tf_prefix style, e.g. 'drone1/'), so several
     vehicles share one TF tree."""
+    imu_to_body: tuple[float, ...] = param(())
+    """Rotation of the IMU frame into the body frame (FLU), overriding TF: 4 numbers = quaternion
+    (x, y, z, w), 9 = row-major rotation matrix (v_body = R v_imu); e.g. [1.0, 0.0, 0.0, 0.0] for an
+    FRD IMU. Empty: the IMU's header.frame_id is used (empty or the body frame = identity), with the
+    static transform body <- frame_id from /tf_static."""
+    imu_frame_timeout: float = param(DEFAULT_IMU_FRAME_TIMEOUT, min=0.1, max=3600.0)
+    """Seconds (wall time) without a static transform for the IMU's frame before a repeated ERROR
+    (the messages are counted as dropped, imu_frame_unknown, from the first)."""
     time_jump_reset: float = param(0.5, min=0.0, max=3600.0, live=True)
     """IMU stamps going back by more than this [s] reset the window (bag loop, clock reset)."""
     publish_distribution: bool = param(False, live=True)
@@ -109,6 +118,9 @@ class VeloBinsNetNode(Node):
         self.rotor_kind = self.model.cfg.rotor_kind
         self.num_rotors = self.model.cfg.num_rotors
         self.drops = DropCounter(self)
+        self.imu_frame = ImuFrame(
+            self, cfg.frame_prefix + cfg.frame_id, cfg.imu_to_body, self.drops, cfg.imu_frame_timeout
+        )
         self.predictor = self._new_predictor()
         self.add_on_set_parameters_callback(self._check_uncertainty)
         self._last_imu_t: float | None = None
@@ -228,8 +240,11 @@ class VeloBinsNetNode(Node):
             )
             self.drops.counts["time_jump_reset"] += 1
             self.predictor = self._new_predictor()
-        a, w = msg.linear_acceleration, msg.angular_velocity
-        if not self.predictor.push_imu(t, (a.x, a.y, a.z), (w.x, w.y, w.z)):
+        body = self.imu_frame.to_body(msg)
+        if body is None:  # IMU frame not known yet: counted as imu_frame_unknown
+            self._check_silence()
+            return
+        if not self.predictor.push_imu(t, *body):
             self.drops.drop("imu_rejected", "non-finite value or non-increasing stamp")
             return
         self._last_imu_t = t
