@@ -106,9 +106,9 @@ class EkfNodeConfig:
     odom_rate: float = param(50.0, min=0.0, max=10000.0, live=True)
     """Odometry/TF rate [Hz of IMU time]; 0 publishes after every IMU sample. Default 50 Hz: at a 1 kHz
     IMU, publishing after every sample makes the filter propagate one interval at a time and build an
-    odometry and a TF message per sample, which in Python adds a large part of a core to the IMU intake,
-    so a busy companion computer falls behind and drops IMU samples; at 200 Hz and below the output
-    costs little beside the IMU intake (benchmarks/bench_ekf_node.py). 50 Hz is smooth for
+    odometry and a TF message per sample, several times the callbacks' work at 50 Hz, on top of rclpy's
+    own cost of taking in the IMU; a busy companion computer then falls behind and drops IMU samples,
+    while at 200 Hz and below the node keeps up (benchmarks/bench_ekf_node.py). 50 Hz is smooth for
     RViz, TF users and position control fed by odometry; the estimate is the same at any rate, and
     evaluation sets 0 to record every sample."""
     path_period: float = param(0.1, min=0.0, max=3600.0, live=True)
