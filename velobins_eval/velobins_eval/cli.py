@@ -93,6 +93,11 @@ DELEGATED = {
     "export": (".export_cli", "main_export", "export a checkpoint to TorchScript or ONNX, with a parity check"),
     "demo": (".demo", "main_demo", "the main job: simulate, train, replay through the ROS graph, report"),
     "reproduce": (".reproduce", "main_reproduce", "train and score every NanoBench table/figure row of the paper"),
+    "calibrate": (
+        ".calibrate",
+        "main_calibrate",
+        "fit the EKF noise of a vehicle from its flights -> parameter overlay YAML",
+    ),
 }
 
 
