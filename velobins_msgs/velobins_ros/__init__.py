@@ -157,18 +157,6 @@ def _watch_config(node: Node, current: Any, by_param: dict[str, dataclasses.Fiel
     node.add_post_set_parameters_callback(apply)
 
 
-def reject_runtime_changes(node: Node, names: set[str]) -> None:
-    """Refuse run-time changes of parameters that are only read at start-up (instead of ignoring them)."""
-
-    def check(params: list) -> SetParametersResult:
-        for p in params:
-            if p.name in names:
-                return SetParametersResult(successful=False, reason=f"'{p.name}' is read at start-up only; restart")
-        return SetParametersResult(successful=True)
-
-    node.add_on_set_parameters_callback(check)
-
-
 def stamp_to_sec(stamp) -> float:
     """builtin_interfaces/Time -> seconds (float)."""
     return stamp.sec + stamp.nanosec * 1e-9
