@@ -128,3 +128,50 @@ def test_cli_option_errors(data_dir, tmp_path, capsys):
         main_calibrate([*base, "--checkpoint", "x.pt"])
     with pytest.raises(ValueError, match="--fit"):
         main_calibrate([*base, "--fit", "gravity"])
+
+
+@pytest.fixture(scope="module")
+def tiny_checkpoint(tmp_path_factory, data_dir) -> Path:
+    """A one-epoch checkpoint trained on the calibration flight (enough to exercise the variance scale)."""
+    run = tmp_path_factory.mktemp("calib_run") / "run"
+    tiny = ["--epochs", "1", "--stride", "25", "--val-stride", "25", "--bins", "32", "--batch-size", "64"]
+    args = [
+        "train",
+        "--dataset",
+        "csv",
+        "--data",
+        str(data_dir),
+        "--val",
+        str(data_dir),
+        *tiny,
+        "--no-progress",
+        "--out",
+        str(run),
+    ]
+    assert cli_main(args) == 0
+    return run / "best.pt"
+
+
+def test_cli_network_variance_scale(data_dir, tiny_checkpoint, flights, tmp_path, capsys):
+    from velobins_eval.calibrate import predictor_has_variance_scale
+
+    heldout = tmp_path / "heldout"
+    heldout.mkdir()
+    write_csv(flights[1].flight, heldout / "other.csv")
+    out = tmp_path / "overlay.yaml"
+    base = ["calibrate", "--dataset", "csv", "--data", str(data_dir), "--grid-points", "1", "--max-evals", "2"]
+    net = ["--checkpoint", str(tiny_checkpoint)]
+    assert cli_main([*base, *net, "--heldout", str(data_dir), "--out", str(out)]) == 2  # training flights refused
+    assert "also in --data" in capsys.readouterr().err and not out.exists()
+
+    assert cli_main([*base, *net, "--heldout", str(heldout), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "unscaled (paper)" in printed and "| scaled |" in printed
+    text = out.read_text()
+    load_filter_config([out])
+    if predictor_has_variance_scale():
+        from velobins_net.inference import load_predictor_config
+
+        assert load_predictor_config([out]).variance_scale > 0
+    else:
+        assert "variance_scale" not in text and "variance_scale not written" in printed

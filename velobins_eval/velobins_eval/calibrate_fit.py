@@ -38,10 +38,18 @@ from velobins_common.progress import progress_bar
 from .scoring import GroundTruth, aggregate, score
 from .sequence import Flight
 
-FITTABLE = ("acc_noise_density", "gyro_noise_density", "acc_random_walk", "gyro_random_walk")
+FITTABLE = (
+    "acc_noise_density",
+    "gyro_noise_density",
+    "acc_random_walk",
+    "gyro_random_walk",
+    "init_sigma_acc_bias",
+    "init_sigma_gyro_bias",
+)
 """EKF noise fields ``calibrate`` can fit (``--fit``)."""
 DEFAULT_FIT = ("acc_noise_density", "gyro_noise_density")
-"""Fitted by default: the white-noise densities (the random walks barely move the objective, docs/calibrate.md)."""
+"""Fitted by default: the white-noise densities. The random walks barely move the objective; the initial bias
+sigmas do (docs/calibrate.md) and can be added with ``--fit``."""
 GRID_LOG10 = {"acc_noise_density": (-2.5, 0.0), "gyro_noise_density": (-3.5, -1.0)}
 """log₁₀ range of the coarse grid per density: acc 0.003–1 m/s²/√Hz, gyro 3e-4–0.1 rad/s/√Hz (MEMS in flight,
 vibration included); a fitted field without a range here starts the refinement at its given value."""
