@@ -114,4 +114,3 @@ def _get_parameters(domain: int, node_name: str, names: list[str], timeout: floa
     finally:
         node.destroy_node()
         rclpy.shutdown(context=ctx)
-
