@@ -3,7 +3,7 @@
 One path for every number in a report (paper §IV-A, docs/design.md "Metrics"):
 
 * :func:`predict_flight` runs the network with the same :class:`StreamingPredictor` the network
-  node uses (same windows, same 20 Hz schedule);
+  node uses (same windows, same 20 Hz schedule, same variance scale);
 * :func:`fuse_flight` runs the same :class:`VelocityEkf` the EKF node uses, started from ground
   truth (no alignment), and keeps the fused state right after each update;
 * :func:`~velobins_eval.scoring.score` (in :mod:`velobins_eval.scoring`, re-exported here with
@@ -59,7 +59,11 @@ def predict_flight(model, seq: Flight, config=None, uncertainty: str | None = No
 
     ``config`` is the node's :class:`~velobins_net.inference.PredictorConfig` (``predictor.*``
     of the same parameter files, :func:`velobins_net.inference.load_predictor_config`; defaults
-    when None); ``uncertainty`` (``B``, ``C``, ``B+C``) overrides its variance source.
+    when None); ``uncertainty`` (``B``, ``C``, ``B+C``) overrides its variance source. The samples
+    go through the node's :class:`~velobins_net.inference.StreamingPredictor`, so the windows
+    (anti-alias filter included), the 20 Hz schedule on IMU time
+    (:func:`~velobins_net.inference.next_update_slot`) and the variance (decoded, times
+    ``config.variance_scale``) are the node's.
     """
     import dataclasses
 

@@ -1,4 +1,4 @@
-"""Streaming predictor (rate limit, resampling, staleness, reasons) and export parity."""
+"""Streaming predictor (rate limit, resampling, staleness, reasons, variance scale) and export parity."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ import torch
 
 from velobins_net.config import ModelConfig
 from velobins_net.export import export_onnx, export_torchscript
-from velobins_net.inference import PredictorConfig, StreamingPredictor
+from velobins_net.inference import PredictorConfig, StreamingPredictor, load_predictor_config
 from velobins_net.model import VeloBinsNet
+from velobins_net.resample import antialias
 
 torch.set_num_threads(1)
 
@@ -50,11 +51,14 @@ def test_streaming_rate_window_and_equivalence():
     last = outs[-1]
     assert last.probs.shape == (3, 64)
     np.testing.assert_allclose(last.probs.sum(-1), 1.0, rtol=1e-5)
-    # same as the network on the window built by hand (100 Hz grid ending at the stamp)
+    # same as the network on the window built by hand (100 Hz grid ending at the stamp; the 200 Hz
+    # IMU anti-alias filtered first, as in training; the 50 Hz rotor only interpolated)
     grid = last.stamp - np.arange(99, -1, -1) / 100
-    a, g, _ = _signals(grid)
+    n = int(np.searchsorted(t_imu, last.stamp, side="right"))
+    imu = antialias(t_imu[:n], np.c_[acc, gyro][:n], 100.0)
+    ag = np.stack([np.interp(grid, t_imu[:n], imu[:, c]) for c in range(6)], 1)
     r = np.stack([np.interp(grid, t_rot, rot[:, k]) for k in range(4)], 1)
-    x = torch.from_numpy(np.c_[a, g, r].astype(np.float32))[None]
+    x = torch.from_numpy(np.c_[ag, r].astype(np.float32))[None]
     with torch.no_grad():
         ref = model(x)
     np.testing.assert_allclose(last.velocity, ref.v[0].numpy(), rtol=1e-4, atol=1e-5)
@@ -74,6 +78,62 @@ def test_streaming_rejects_stale_rotor_and_bad_samples():
     assert not pred.push_imu(1.0, [0, 0, 9.8], [0, 0, 0]) and pred.counts["out_of_order"] == 1
     assert not pred.push_imu(2.0, [np.nan, 0, 0], [0, 0, 0]) and pred.counts["non_finite"] == 1
     assert not pred.push_rotor(2.0, [0.5] * 3) and pred.counts["non_finite"] == 2
+
+
+def _run(pred: StreamingPredictor, duration: float = 1.6) -> list:
+    out = []
+    for t in np.arange(0, duration, 0.01):
+        pred.push_rotor(t, [0.5, 0.4, 0.6, 0.5])
+        pred.push_imu(t, [np.sin(t), 0.2, 9.8], [0.0, 0.1 * t, 0.0])
+        p = pred.step()
+        if p is not None:
+            out.append(p)
+    return out
+
+
+def test_variance_scale_multiplies_the_reported_variance(tmp_path):
+    model = _model()
+    ref = _run(StreamingPredictor(model, PredictorConfig()))
+    scaled_pred = StreamingPredictor(model, PredictorConfig(variance_scale=2.5))
+    scaled = _run(scaled_pred)
+    assert len(ref) == len(scaled) > 5
+    for a, b in zip(ref, scaled, strict=True):
+        np.testing.assert_array_equal(a.velocity, b.velocity)
+        np.testing.assert_allclose(b.variance, 2.5 * a.variance, rtol=1e-12)
+    # live: a changed scale applies to the next estimate
+    scaled_pred.set_config(PredictorConfig(variance_scale=0.5))
+    nxt = _run(scaled_pred, duration=1.7)  # continues the stream (earlier stamps are refused)
+    full = {round(p.stamp, 6): p for p in _run(StreamingPredictor(model, PredictorConfig()), duration=1.7)}
+    assert nxt and nxt[-1].stamp > scaled[-1].stamp
+    for p in nxt:
+        np.testing.assert_allclose(p.variance, 0.5 * full[round(p.stamp, 6)].variance, rtol=1e-12)
+    # the overlay `velobins calibrate` writes reaches the config the node and `velobins evaluate` read
+    overlay = tmp_path / "overlay.yaml"
+    overlay.write_text("/**/velobins_net:\n  ros__parameters:\n    predictor:\n      variance_scale: 3.0\n")
+    assert load_predictor_config([overlay]).variance_scale == 3.0
+    for bad in (0.0, -1.0):
+        with pytest.raises(ValueError, match="variance_scale"):
+            PredictorConfig(variance_scale=bad)
+
+
+def test_offline_predictions_carry_the_scale():
+    """velobins_eval.evaluate.predict_flight (every offline number) runs the node's predictor, scale included."""
+    from synthetic import make_flight
+
+    from velobins_eval.evaluate import predict_flight
+
+    class _Flight(type(make_flight(0))):
+        def __len__(self) -> int:
+            return len(self.t)
+
+    seq = make_flight(0, duration=2.0)
+    flight = _Flight(**{f: getattr(seq, f) for f in seq.__dataclass_fields__})
+    model = _model()
+    t1, v1, var1 = predict_flight(model, flight, PredictorConfig())
+    t2, v2, var2 = predict_flight(model, flight, PredictorConfig(variance_scale=4.0))
+    np.testing.assert_array_equal(t1, t2)
+    np.testing.assert_array_equal(v1, v2)
+    np.testing.assert_allclose(var2, 4.0 * var1, rtol=1e-12)
 
 
 @pytest.mark.parametrize("kw", [{}, {"head": "reg", "uncertainty": "C"}])

@@ -2,7 +2,10 @@
 
 Training accepts any objects with the :class:`SequenceLike` attributes (velobins_eval's
 ``Flight`` fits; the net package does not import eval). Each flight is resampled to the
-network rate by linear interpolation when its own rate differs, and all flights are stored
+network rate when its own rate differs: inputs through :func:`velobins_net.resample.to_model_grid`
+(the anti-alias FIR above the model rate, then linear interpolation: the streaming predictor's
+path, so training sees the node's signal, filter delay included), targets by linear interpolation
+only (the true velocity at each grid stamp). All flights are stored
 back to back in one contiguous float32 array; a window is only an end index into it, so a
 batch is a single vectorised gather (no per-item Python work). The target of a window is the
 body-frame velocity Rᵀv at its last sample (§III-B, "last-step feature").
@@ -21,6 +24,7 @@ from torch.utils.data import Dataset
 from velobins_common.interp import interp_columns
 
 from .config import ModelConfig
+from .resample import to_model_grid
 
 _RATE_REL_TOL = 1e-3
 """A flight whose median rate is within this relative tolerance of the network rate is used as is."""
@@ -45,10 +49,15 @@ class SequenceLike(Protocol):
         ...
 
 
-def resample(t: np.ndarray, values: np.ndarray, rate_hz: float) -> tuple[np.ndarray, np.ndarray]:
-    """Linear interpolation of (T, C) ``values`` onto the uniform grid t[0] + k/rate inside [t[0], t[-1]].
+def resample(
+    t: np.ndarray, values: np.ndarray, rate_hz: float, antialias: bool = True
+) -> tuple[np.ndarray, np.ndarray]:
+    """(T, C) ``values`` onto the uniform grid t[0] + k/rate inside [t[0], t[-1]].
 
-    Returned unchanged when the stamps are already uniform at ``rate_hz``.
+    Network inputs (``antialias``) go through :func:`velobins_net.resample.to_model_grid` (the
+    anti-alias FIR when the flight's rate is above the model rate, then linear interpolation);
+    other columns (targets) are only interpolated. Returned unchanged when the stamps are already
+    uniform at ``rate_hz``.
     """
     dt = np.diff(t)
     period = 1.0 / rate_hz
@@ -56,7 +65,8 @@ def resample(t: np.ndarray, values: np.ndarray, rate_hz: float) -> tuple[np.ndar
         return t, values
     n = int(np.floor((t[-1] - t[0]) * rate_hz + 1e-9)) + 1
     grid = t[0] + np.arange(n) * period
-    return grid, interp_columns(grid, t, np.asarray(values, dtype=np.float64))
+    values = np.asarray(values, dtype=np.float64)
+    return grid, to_model_grid(grid, t, values, rate_hz) if antialias else interp_columns(grid, t, values)
 
 
 def sequence_arrays(seq: SequenceLike, cfg: ModelConfig) -> tuple[np.ndarray, np.ndarray]:
@@ -66,9 +76,10 @@ def sequence_arrays(seq: SequenceLike, cfg: ModelConfig) -> tuple[np.ndarray, np
         raise ValueError(f"{src}: field 'rotor_kind' is {seq.rotor_kind!r} but the model expects {cfg.rotor_kind!r}")
     if seq.rotor.ndim != 2 or seq.rotor.shape[1] != cfg.num_rotors:
         raise ValueError(f"{src}: field 'rotor' has shape {seq.rotor.shape}, model expects K={cfg.num_rotors}")
-    stacked = np.concatenate([seq.acc, seq.gyro, seq.rotor, seq.body_velocity()], axis=1)
-    _, res = resample(np.asarray(seq.t, dtype=np.float64), stacked, cfg.rate_hz)
-    return res[:, : cfg.input_channels], res[:, cfg.input_channels :]
+    t = np.asarray(seq.t, dtype=np.float64)
+    _, inputs = resample(t, np.concatenate([seq.acc, seq.gyro, seq.rotor], axis=1), cfg.rate_hz)
+    _, targets = resample(t, seq.body_velocity(), cfg.rate_hz, antialias=False)
+    return np.asarray(inputs), np.asarray(targets)
 
 
 class WindowDataset(Dataset):

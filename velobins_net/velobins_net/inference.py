@@ -2,9 +2,13 @@
 
 :class:`StreamingPredictor` accepts IMU samples (t, acc, gyro) and rotor samples (t, values) at
 their own rates, keeps them in ring buffers, and at most at the configured update rate
-(paper: 20 Hz) resamples the last window onto the network's time grid ending at the latest IMU
-stamp (IMU linearly interpolated; rotor interpolated inside its samples and held beyond them)
-and runs the network. Every call that does not produce an estimate says why in ``counts``.
+(paper: 20 Hz, on a grid of IMU time: :func:`next_update_slot`) resamples the last window onto
+the network's time grid ending at the latest IMU stamp (:func:`velobins_net.resample.to_model_grid`,
+the resampling training uses: anti-alias FIR above the model rate, then linear interpolation;
+rotor interpolated inside its samples and held beyond them) and runs the network. The reported
+variance is the decoded one times ``variance_scale``. Every call that does not produce an
+estimate says why in ``counts``. ``velobins evaluate`` runs this same predictor over recorded
+flights (:func:`velobins_eval.evaluate.predict_flight`), so offline numbers are the node's.
 """
 
 from __future__ import annotations
@@ -17,13 +21,13 @@ import numpy as np
 import torch
 
 from velobins_common.fields import param
-from velobins_common.interp import interp_columns
 from velobins_common.params import load_section
 
 from .accel import kernel_status
 from .checkpoint import model_from_checkpoint, read_checkpoint
 from .decoders import UNCERTAINTY_SOURCES, check_uncertainty
 from .model import VeloBinsNet
+from .resample import antialias_warmup, to_model_grid
 
 REASONS = ("ok", "rate_limited", "insufficient_imu", "no_rotor", "rotor_stale", "out_of_order", "non_finite")
 """Outcome names counted by :class:`StreamingPredictor`."""
@@ -51,20 +55,45 @@ class Prediction:
     probs: np.ndarray | None = None
 
 
+def next_update_slot(last_slot: float | None, t: float, sample_dt: float, period: float) -> float | None:
+    """Scheduled IMU time (slot) of the network update due at IMU stamp ``t``, or None if none is due.
+
+    Updates sit on a grid of IMU time, slot_{n+1} = slot_n + ``period``, so jittered stamps do not
+    stretch the rate: an update is due at the first sample no earlier than its slot minus half a
+    sample (``sample_dt`` / 2, the interval to the previous sample; at most a quarter period), which
+    for a steady stream is the sample nearest the slot. A sample later than its slot by more than
+    half a period (a gap in the stream, or windows refused for lack of data) re-anchors the grid at
+    that sample; so consecutive updates are never closer than half a period. The first update
+    (``last_slot`` None) anchors the grid at ``t``. The one schedule of the node and of offline
+    evaluation (both run :class:`StreamingPredictor`).
+    """
+    if last_slot is None:
+        return t
+    due = last_slot + period
+    if t < due - min(0.5 * sample_dt, 0.25 * period):
+        return None
+    return due if t - due <= 0.5 * period else t
+
+
 class _Ring:
-    """Append-only time-stamped buffer keeping at least ``keep`` rows (amortised O(1) append)."""
+    """Append-only time-stamped buffer keeping at least ``keep`` rows (amortised O(1) append).
+
+    ``trimmed`` tells whether old rows were ever dropped (the buffer no longer starts at the stream's start).
+    """
 
     def __init__(self, width: int, keep: int):
         self.keep = keep
         self.t = np.empty(2 * keep)
         self.x = np.empty((2 * keep, width))
         self.n = 0
+        self.trimmed = False
 
     def append(self, t: float, x: np.ndarray) -> None:
         if self.n == len(self.t):
             self.t[: self.keep] = self.t[self.n - self.keep : self.n]
             self.x[: self.keep] = self.x[self.n - self.keep : self.n]
             self.n = self.keep
+            self.trimmed = True
         self.t[self.n] = t
         self.x[self.n] = x
         self.n += 1
@@ -75,6 +104,14 @@ class _Ring:
 
     def view(self) -> tuple[np.ndarray, np.ndarray]:
         return self.t[: self.n], self.x[: self.n]
+
+    def covers(self, start: float, rate_out: float) -> bool:
+        """Whether the rows give the values the whole stream would from ``start`` on: resampled
+        from ``start`` with the anti-alias filter's warm-up before it (always true before a trim)."""
+        if not self.trimmed:
+            return True
+        t = self.t[: self.n]
+        return bool(t[0] <= start - antialias_warmup(t, rate_out))
 
 
 @dataclass(frozen=True)
@@ -95,9 +132,12 @@ class PredictorConfig:
     uncertainty: str = param("", choices=("", *UNCERTAINTY_SOURCES), live=True)
     """Reported variance source: B (bins), C (covariance decoder) or B+C; empty = the variant the
     checkpoint was trained as."""
+    variance_scale: float = param(1.0, min=1e-6, max=1e6, live=True)
+    """Factor on the reported (decoded) variance, the covariance handed to the EKF. 1 = the paper's
+    unscaled bin variance (reproduction); `velobins calibrate` can fit it on held-out flights."""
 
     def __post_init__(self) -> None:
-        for name in ("update_rate", "max_rotor_age", "max_imu_rate"):
+        for name in ("update_rate", "max_rotor_age", "max_imu_rate", "variance_scale"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"PredictorConfig.{name}: must be > 0, got {getattr(self, name)!r}")
         if self.uncertainty and self.uncertainty not in UNCERTAINTY_SOURCES:
@@ -121,7 +161,7 @@ class StreamingPredictor:
 
     Args:
         model: network (eval mode is enforced).
-        config: update rate, rotor staleness bound, buffer sizing and uncertainty source.
+        config: update rate, rotor staleness bound, buffer sizing, uncertainty source and variance scale.
         return_probs: include the bin distribution in each :class:`Prediction`.
     """
 
@@ -141,14 +181,14 @@ class StreamingPredictor:
         self._imu = _Ring(6, keep)
         self._rotor = _Ring(cfg.num_rotors, keep)
         self._offsets = (np.arange(self.window_len) - (self.window_len - 1)) / self.rate_hz
-        self._last_run: float | None = None
+        self._last_slot: float | None = None
         self.counts: Counter[str] = Counter()
         self._device = next(model.parameters()).device
         if self._device.type == "cpu":
             kernel_status()  # build/load the native kernels now, not inside the first window's callback
 
     def set_config(self, config: PredictorConfig) -> None:
-        """Apply a changed update rate, rotor staleness bound or uncertainty source from now on,
+        """Apply a changed update rate, rotor staleness bound, uncertainty source or variance scale from now on,
         keeping the buffered window (``max_imu_rate`` sizes the buffers: it needs a new predictor).
 
         Raises ``ValueError`` (and changes nothing) when the model cannot give the uncertainty."""
@@ -194,22 +234,29 @@ class StreamingPredictor:
             return "insufficient_imu"
         stamp = float(t_imu[-1])
         grid = stamp + self._offsets
-        if t_imu[0] > grid[0] + 1e-9:
+        if t_imu[0] > grid[0] + 1e-9 or not self._imu.covers(grid[0], self.rate_hz):
             return "insufficient_imu"
         t_rot, x_rot = self._rotor.view()
         if len(t_rot) == 0:
             return "no_rotor"
         if stamp - t_rot[-1] > self.max_rotor_age or t_rot[0] > grid[0] + self.max_rotor_age:
             return "rotor_stale"
-        return stamp, np.concatenate([interp_columns(grid, t_imu, x_imu), interp_columns(grid, t_rot, x_rot)], axis=1)
+        if not self._rotor.covers(grid[0], self.rate_hz):
+            return "rotor_stale"
+        imu = to_model_grid(grid, t_imu, x_imu, self.rate_hz)
+        return stamp, np.concatenate([imu, to_model_grid(grid, t_rot, x_rot, self.rate_hz)], axis=1)
 
     def step(self) -> Prediction | None:
-        """Run the network if an update is due (by IMU stamps) and data allow it; else None (reason counted)."""
+        """Run the network if an update is due (:func:`next_update_slot`, by IMU stamps) and data
+        allow it; else None (reason counted)."""
         last = self._imu.last_t
         if last is None:
             self.counts["insufficient_imu"] += 1
             return None
-        if self._last_run is not None and last - self._last_run < self.period - 1e-6:
+        n = self._imu.n
+        sample_dt = last - float(self._imu.t[n - 2]) if n >= 2 else 0.0
+        slot = next_update_slot(self._last_slot, last, sample_dt, self.period)
+        if slot is None:
             self.counts["rate_limited"] += 1
             return None
         res = self.window()
@@ -217,7 +264,7 @@ class StreamingPredictor:
             self.counts[res] += 1
             return None
         stamp, win = res
-        self._last_run = stamp
+        self._last_slot = slot
         with torch.inference_mode():  # gradient-free: the model runs on its cached derived weights
             x = torch.from_numpy(win.astype(np.float32)).unsqueeze(0).to(self._device)
             out = self.model(x, uncertainty=self.uncertainty)
@@ -225,4 +272,5 @@ class StreamingPredictor:
         if self.return_probs and out.logits is not None:
             probs = torch.softmax(out.logits[0], dim=-1).cpu().numpy()
         self.counts["ok"] += 1
-        return Prediction(stamp, out.v[0].cpu().numpy().astype(np.float64), out.var[0].cpu().numpy(), probs)
+        variance = out.var[0].cpu().numpy().astype(np.float64) * self.config.variance_scale
+        return Prediction(stamp, out.v[0].cpu().numpy().astype(np.float64), variance, probs)
