@@ -1,11 +1,14 @@
 """VeloBins on a vehicle: the network node and the EKF node, parameters from one YAML.
 
+    ros2 launch velobins_bringup drone.launch.py model:=crazyflie
     ros2 launch velobins_bringup drone.launch.py model_path:=/path/to/best.pt
     ros2 launch velobins_bringup drone.launch.py model_path:=/models/best.pt namespace:=/drone1 \
         frame_prefix:=drone1/ rotor_bridge:=mavros_esc_status
 
-Arguments (``--show-args``; table in docs/ros_interface.md): ``model_path`` (required),
-``namespace``, ``params_file``, ``log_level``, ``frame_prefix``, ``use_sim_time``,
+Arguments (``--show-args``; table in docs/ros_interface.md): ``model`` (a shipped model name,
+whose EKF overlay is loaded after ``params_file``, or a checkpoint) or ``model_path`` (one of the
+two is required; resolved by ``launch_args.resolve_launch_model`` at launch time), ``namespace``,
+``params_file``, ``log_level``, ``frame_prefix``, ``use_sim_time``,
 ``rotor_bridge`` (a preset of config/rotor_bridge/) and ``rviz``. They are defined once in
 ``velobins_bringup/launch_args.py`` and reach the nodes typed (``flight:=001`` stays a string).
 """
@@ -13,6 +16,7 @@ Arguments (``--show-args``; table in docs/ros_interface.md): ``model_path`` (req
 import os
 
 from launch import LaunchDescription
+from launch.actions import OpaqueFunction
 from launch.conditions import IfCondition, LaunchConfigurationNotEquals
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
@@ -23,7 +27,9 @@ from velobins_bringup.launch_args import (
     EKF,
     NET,
     declarations,
+    fixed,
     node_parameters,
+    resolve_launch_model,
     ros_arguments,
     share_dir,
     typed,
@@ -47,21 +53,30 @@ def generate_launch_description() -> LaunchDescription:
             **kwargs,
         )
 
-    return LaunchDescription(
-        [
-            *declarations(DRONE_ARGS),
+    def stack(context, *args, **kwargs) -> list[Node]:
+        """Network and EKF nodes for the resolved model (a shipped one adds its overlay)."""
+        chosen = resolve_launch_model(arg("model").perform(context), arg("model_path").perform(context))
+        files = [arg("params_file"), *chosen.overlays]
+        model = {"model_path": fixed(chosen.checkpoint, str)}
+        return [
             node(
                 "velobins_net",
                 "velobins_net_node",
                 NET,
-                [arg("params_file"), {**node_parameters(DRONE_ARGS, NET), **sim_time}],
+                [*files, {**node_parameters(DRONE_ARGS, NET), **model, **sim_time}],
             ),
             node(
                 "velobins_ekf",
                 "velobins_ekf_node",
                 EKF,
-                [arg("params_file"), {**node_parameters(DRONE_ARGS, EKF), **sim_time}],
+                [*files, {**node_parameters(DRONE_ARGS, EKF), **sim_time}],
             ),
+        ]
+
+    return LaunchDescription(
+        [
+            *declarations(DRONE_ARGS),
+            OpaqueFunction(function=stack),
             node(
                 "velobins_net",
                 "velobins_rotor_bridge",

@@ -2,19 +2,21 @@
 
     ros2 launch velobins_bringup replay_eval.launch.py bag:=flight_bag model_path:=best.pt \
         output_dir:=report rate:=2.0
+    ros2 launch velobins_bringup replay_eval.launch.py bag:=flight_bag model:=crazyflie
 
 Starts the network and EKF nodes (as drone.launch.py does) with ``params_file`` (default
 ``config/velobins.yaml``) plus the overrides of ``config/evaluation.yaml`` (sim time, filter
-started from ground truth), the replay node (publishes ``/clock``) and the eval node, which writes
-metrics.json, metrics.md and plots to ``output_dir`` when the replay finishes; the launch then
-shuts down. Arguments are defined once in ``velobins_bringup/launch_args.py`` and reach the nodes
+started from ground truth) and, for a shipped ``model:=`` name, its EKF overlay; then the replay
+node (publishes ``/clock``) and the eval node, which writes metrics.json, metrics.md and plots to
+``output_dir`` when the replay finishes; the launch then shuts down. Arguments are defined once in
+``velobins_bringup/launch_args.py`` and reach the nodes
 typed (``flight:=001`` and ``output_dir:=2024-05-01`` stay strings).
 """
 
 import os
 
 from launch import LaunchDescription
-from launch.actions import EmitEvent, RegisterEventHandler
+from launch.actions import EmitEvent, OpaqueFunction, RegisterEventHandler
 from launch.conditions import IfCondition
 from launch.event_handlers import OnProcessExit
 from launch.events import Shutdown
@@ -28,7 +30,9 @@ from velobins_bringup.launch_args import (
     REPLAY,
     REPLAY_ARGS,
     declarations,
+    fixed,
     node_parameters,
+    resolve_launch_model,
     ros_arguments,
     share_dir,
 )
@@ -39,23 +43,33 @@ def generate_launch_description() -> LaunchDescription:
     arg = LaunchConfiguration
     files = [arg("params_file"), os.path.join(share, "config", "evaluation.yaml")]
 
-    def node(package: str, executable: str, name: str) -> Node:
+    def node(
+        package: str, executable: str, name: str, overlays: tuple[str, ...] = (), extra: dict | None = None
+    ) -> Node:
         return Node(
             package=package,
             executable=executable,
             name=name,
             namespace=arg("namespace"),
             output="screen",
-            parameters=[*files, node_parameters(REPLAY_ARGS, name)],
+            parameters=[*files, *overlays, {**node_parameters(REPLAY_ARGS, name), **(extra or {})}],
             ros_arguments=ros_arguments(),
         )
+
+    def stack(context, *args, **kwargs) -> list[Node]:
+        """Network and EKF nodes for the resolved model (a shipped one adds its overlay)."""
+        chosen = resolve_launch_model(arg("model").perform(context), arg("model_path").perform(context))
+        model = {"model_path": fixed(chosen.checkpoint, str)}
+        return [
+            node("velobins_net", "velobins_net_node", NET, chosen.overlays, model),
+            node("velobins_ekf", "velobins_ekf_node", EKF, chosen.overlays),
+        ]
 
     eval_node = node("velobins_eval", "velobins_eval_node", EVAL)
     return LaunchDescription(
         [
             *declarations(REPLAY_ARGS),
-            node("velobins_net", "velobins_net_node", NET),
-            node("velobins_ekf", "velobins_ekf_node", EKF),
+            OpaqueFunction(function=stack),
             node("velobins_eval", "velobins_replay_node", REPLAY),
             eval_node,
             Node(

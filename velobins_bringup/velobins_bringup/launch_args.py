@@ -61,8 +61,25 @@ _SHARED = (
     LaunchArg("rviz", bool, "false", "start RViz with rviz/velobins.rviz"),
 )
 
+_MODEL = (
+    LaunchArg(
+        "model",
+        str,
+        "",
+        "shipped model name (crazyflie, crazyflie-reg) or a checkpoint path; a shipped model's EKF overlay "
+        "is loaded after params_file",
+    ),
+    LaunchArg(
+        "model_path",
+        str,
+        "",
+        "checkpoint (.pt) from `velobins train`, or a shipped model name (same as model:=; give one of the two)",
+        ((NET, "model_path"),),
+    ),
+)
+
 DRONE_ARGS: tuple[LaunchArg, ...] = (
-    LaunchArg("model_path", str, None, "checkpoint (.pt) from `velobins train`", ((NET, "model_path"),)),
+    *_MODEL,
     *_SHARED,
     LaunchArg("use_sim_time", bool, "false", "follow /clock (true when replaying a bag with --clock)", ()),
     LaunchArg(
@@ -77,7 +94,7 @@ DRONE_ARGS: tuple[LaunchArg, ...] = (
 
 REPLAY_ARGS: tuple[LaunchArg, ...] = (
     LaunchArg("bag", str, None, "bag directory written by `velobins convert`", ((REPLAY, "bag"),)),
-    LaunchArg("model_path", str, None, "checkpoint (.pt) from `velobins train`", ((NET, "model_path"),)),
+    *_MODEL,
     LaunchArg("output_dir", str, "velobins_report", "report directory", ((EVAL, "output_dir"),)),
     LaunchArg("label", str, "velobins", "method name in the report", ((EVAL, "label"),)),
     LaunchArg("flight", str, "flight", "flight name in the report", ((EVAL, "flight"),)),
@@ -126,3 +143,46 @@ def ros_arguments() -> list[Any]:
     from launch.substitutions import LaunchConfiguration
 
     return ["--log-level", LaunchConfiguration("log_level")]
+
+
+@dataclass(frozen=True)
+class LaunchModel:
+    """What ``model:=`` / ``model_path:=`` resolve to.
+
+    Attributes:
+        checkpoint: the network node's ``model_path``.
+        overlays: parameter files loaded after ``params_file`` (and evaluation.yaml): the EKF
+            overlay a shipped model was evaluated with; empty for a user's own checkpoint.
+    """
+
+    checkpoint: str
+    overlays: tuple[str, ...]
+
+
+def resolve_launch_model(model: str, model_path: str) -> LaunchModel:
+    """The checkpoint and overlay files of the ``model`` / ``model_path`` launch arguments.
+
+    Either names a shipped model (``crazyflie``) or a checkpoint file
+    (:func:`velobins_net.pretrained.resolve_model`); a shipped model brings its EKF overlay. Kept
+    free of ``launch`` so tests call it where launch is not installed; the launch files call it
+    from an ``OpaqueFunction``. Raises ``ValueError`` (one line) when neither or both are given,
+    or for an unknown name (the message lists the shipped names).
+    """
+    from velobins_net.pretrained import resolve_model, shipped_models
+
+    model, model_path = model.strip(), model_path.strip()
+    if model and model_path:
+        raise ValueError(f"give model:= or model_path:=, not both (model:={model}, model_path:={model_path})")
+    if not (model or model_path):
+        names = ", ".join(shipped_models()) or "none installed"
+        raise ValueError(f"a model is required: model:=NAME (shipped: {names}) or model_path:=/path/to/best.pt")
+    resolved = resolve_model(model or model_path)
+    overlays = (str(resolved.overlay),) if resolved.overlay else ()
+    return LaunchModel(str(resolved.checkpoint), overlays)
+
+
+def fixed(value: object, kind: type) -> Any:
+    """A value computed at launch time as a node parameter of type ``kind`` (never YAML-guessed)."""
+    from launch_ros.parameter_descriptions import ParameterValue
+
+    return ParameterValue(value, value_type=kind)

@@ -185,7 +185,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="velobins evaluate", description="Network-only and EKF-fused metrics of checkpoints on flights."
     )
-    parser.add_argument("--checkpoint", action="append", required=True, type=Path, help="checkpoint (repeatable)")
+    parser.add_argument(
+        "--checkpoint",
+        action="append",
+        required=True,
+        type=Path,
+        help="checkpoint file or shipped model name, e.g. crazyflie (repeatable; a shipped model's EKF overlay "
+        "is velobins_net/velobins_net/models/NAME.yaml, pass it with --params)",
+    )
     parser.add_argument("--dataset", required=True, choices=KINDS, help="adapter of --data")
     parser.add_argument("--data", required=True, type=Path, help="a flight file or a directory of flights")
     parser.add_argument("--out", required=True, type=Path, help="report directory")
@@ -215,9 +222,11 @@ def main_evaluate(argv: list[str] | None = None) -> int:
 
     from velobins_net.checkpoint import read_checkpoint
     from velobins_net.inference import load_predictor_config
+    from velobins_net.pretrained import resolve_checkpoint
 
     from .datasets import load_flights
 
+    args.checkpoint = [resolve_checkpoint(c) for c in args.checkpoint]  # shipped names (crazyflie) or paths
     for ckpt in args.checkpoint:
         read_checkpoint(ckpt)  # a missing or foreign checkpoint fails before any work
     ekf_config = load_ekf_config(args.params)

@@ -55,7 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--checkpoint", required=True, type=Path, help="checkpoint written by velobins train")
+    parser.add_argument(
+        "--checkpoint", required=True, type=Path, help="checkpoint written by velobins train, or a shipped model name"
+    )
     parser.add_argument("--format", required=True, choices=FORMATS, help="export format")
     parser.add_argument("--out", required=True, type=Path, help="output file (must not exist unless --overwrite)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --out (once the new one passes)")
@@ -109,11 +111,12 @@ def export_checkpoint(args: argparse.Namespace) -> int:
     from velobins_common.outputs import atomic_path
     from velobins_net.export import ExportConfig, check_parity, export_model
     from velobins_net.inference import load_checkpoint
+    from velobins_net.pretrained import resolve_checkpoint
 
     _validate(args)
     out: Path = args.out
     created = check_out(out, args.overwrite)
-    model = load_checkpoint(args.checkpoint)  # CheckpointError (exit 2) names the file
+    model = load_checkpoint(resolve_checkpoint(args.checkpoint))  # CheckpointError (exit 2) names the file
     cfg = ExportConfig(**config_values(args, EXPORT_FIELDS))
     torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
     tolerance = f"atol {cfg.atol:g} + rtol {cfg.rtol:g}·|PyTorch|"

@@ -48,6 +48,7 @@ from velobins_ros.imu_frame import DEFAULT_IMU_FRAME_TIMEOUT, ImuFrame
 
 from .decoders import check_uncertainty
 from .inference import PredictorConfig, StreamingPredictor, load_checkpoint
+from .pretrained import resolve_checkpoint
 
 UNUSED_VARIANCE = 1.0e6
 """Variance put on the angular block of /velobins/twist: the network estimates no angular rate."""
@@ -114,7 +115,7 @@ class VeloBinsNetNode(Node):
         if not cfg.model_path:
             raise ValueError("parameter 'model_path' is required: a checkpoint from `velobins train`")
         torch.set_num_threads(max(1, cfg.num_threads))
-        self.model = load_checkpoint(cfg.model_path)
+        self.model = load_checkpoint(resolve_checkpoint(cfg.model_path))  # a path, or a shipped name (crazyflie)
         self.rotor_kind = self.model.cfg.rotor_kind
         self.num_rotors = self.model.cfg.num_rotors
         self.drops = DropCounter(self)

@@ -1,0 +1,82 @@
+"""Shipped pretrained models, resolvable by name (``--checkpoint crazyflie``, ``model:=crazyflie``).
+
+The models live in this package's ``models/`` folder: ``<name>.pt`` (a checkpoint in the format
+:func:`velobins_net.inference.load_checkpoint` reads, model weights only) beside ``<name>.yaml``,
+the EKF parameter overlay the model was evaluated with, and ``MODEL_CARD.md`` (data, licence,
+schedule, metrics, the command that re-measures them). A new model ships by adding its two files:
+the shipped names are whatever ``models/*.pt`` holds, so this module needs no edit.
+
+Every place that takes a checkpoint goes through :func:`resolve_model`, so a name and a path are
+accepted alike: a path that exists is used as is (no overlay), a shipped name gives its files,
+anything else is one error naming what was asked and listing the shipped names.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import NamedTuple
+
+from .checkpoint import CheckpointError, read_checkpoint, save_checkpoint
+
+MODELS_DIR = Path(__file__).resolve().parent / "models"
+"""Folder of the shipped models (installed with the package as package data)."""
+
+
+class ResolvedModel(NamedTuple):
+    """A checkpoint and the EKF overlay that goes with it (None: a user's own checkpoint)."""
+
+    checkpoint: Path
+    overlay: Path | None
+
+
+def shipped_models(models_dir: Path = MODELS_DIR) -> list[str]:
+    """Names of the shipped models, sorted (``crazyflie``, ``crazyflie-reg``, ...)."""
+    return sorted(p.stem for p in models_dir.glob("*.pt")) if models_dir.is_dir() else []
+
+
+def resolve_model(name_or_path: str | Path, models_dir: Path = MODELS_DIR) -> ResolvedModel:
+    """Checkpoint path and overlay path of a shipped model name, or an existing checkpoint path as is.
+
+    A path that exists wins over a name (a file called ``crazyflie`` in the working directory is
+    that file). Raises :class:`~velobins_net.checkpoint.CheckpointError` (a ``ValueError``, one
+    line) for an empty value, or for one that is neither an existing path nor a shipped name.
+    """
+    text = str(name_or_path).strip()
+    if not text:
+        raise CheckpointError("<model>", f"no model given: a checkpoint path or a shipped name ({_names(models_dir)})")
+    path = Path(text).expanduser()
+    if path.exists():
+        return ResolvedModel(path, None)
+    checkpoint = models_dir / f"{text}.pt"
+    if "/" not in text and checkpoint.is_file():
+        overlay = models_dir / f"{text}.yaml"
+        return ResolvedModel(checkpoint, overlay if overlay.is_file() else None)
+    raise CheckpointError(
+        text, f"no such checkpoint file, and no shipped model of that name (shipped: {_names(models_dir)})"
+    )
+
+
+def resolve_checkpoint(name_or_path: str | Path, models_dir: Path = MODELS_DIR) -> Path:
+    """Just the checkpoint of :func:`resolve_model` (where the overlay is loaded separately or not at all)."""
+    return resolve_model(name_or_path, models_dir).checkpoint
+
+
+TRAINING_ONLY_KEYS = ("optimizer_state", "rng")
+"""Checkpoint fields only a resumed training reads; a shipped model goes without them."""
+
+
+def slim_checkpoint(source: str | Path, target: str | Path, **extra: object) -> Path:
+    """Write ``source`` (a ``best.pt``) to ``target`` without :data:`TRAINING_ONLY_KEYS`, plus ``extra`` fields.
+
+    What stays is what inference and an audit read: model config and weights, variant, bins,
+    normalisation, training config, data, git commit, best epoch and history. The result loads
+    with :func:`velobins_net.inference.load_checkpoint` (``weights_only``) like the original; the
+    weights are bit-identical. ``extra`` records how the model was made (e.g. ``shipped_as``).
+    """
+    ckpt = read_checkpoint(source)
+    payload = {k: v for k, v in ckpt.items() if k not in TRAINING_ONLY_KEYS and k != "format_version"} | extra
+    return save_checkpoint(target, payload)
+
+
+def _names(models_dir: Path) -> str:
+    return ", ".join(shipped_models(models_dir)) or "none installed"
