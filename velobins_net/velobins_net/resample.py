@@ -74,6 +74,16 @@ def antialias_taps(rate_in: float, rate_out: float) -> np.ndarray | None:
     return taps
 
 
+def _fir(values: np.ndarray, taps: np.ndarray) -> np.ndarray:
+    """Causal FIR of every column of (S, C) ``values``, holding the first row before the start."""
+    x = np.asarray(values, dtype=np.float64)
+    padded = np.concatenate([np.repeat(x[:1], len(taps) - 1, axis=0), x], axis=0)
+    out = np.empty_like(x)
+    for c in range(x.shape[1]):
+        out[:, c] = np.convolve(padded[:, c], taps, mode="valid")
+    return out
+
+
 def antialias(t: np.ndarray, values: np.ndarray, rate_out: float) -> np.ndarray:
     """(S, C) ``values`` stamped by ``t`` after the causal anti-alias FIR for ``rate_out``.
 
@@ -82,14 +92,7 @@ def antialias(t: np.ndarray, values: np.ndarray, rate_out: float) -> np.ndarray:
     on where the data start (see the module docstring).
     """
     taps = antialias_taps(nominal_rate(t), float(rate_out))
-    if taps is None:
-        return values
-    x = np.asarray(values, dtype=np.float64)
-    padded = np.concatenate([np.repeat(x[:1], len(taps) - 1, axis=0), x], axis=0)
-    out = np.empty_like(x)
-    for c in range(x.shape[1]):
-        out[:, c] = np.convolve(padded[:, c], taps, mode="valid")
-    return out
+    return values if taps is None else _fir(values, taps)
 
 
 def antialias_warmup(t: np.ndarray, rate_out: float) -> float:
@@ -103,7 +106,13 @@ def antialias_warmup(t: np.ndarray, rate_out: float) -> float:
 def to_model_grid(grid: np.ndarray, t: np.ndarray, values: np.ndarray, rate_out: float) -> np.ndarray:
     """(len(grid), C): raw ``values`` stamped by ``t`` → anti-alias FIR → linear interpolation at ``grid``.
 
-    The one resampling of network inputs (training and streaming). Outside [t_0, t_end] values
-    are held (as :func:`velobins_common.interp.interp_columns`).
+    The one resampling of network inputs (training and streaming): :func:`antialias` on the
+    samples the interpolation reads (those from the one at or before ``grid[0]`` on) with the
+    filter's L − 1 samples of history before them, so a streaming buffer filters only about one
+    window. Outside [t_0, t_end] values are held (as :func:`velobins_common.interp.interp_columns`).
     """
-    return interp_columns(grid, t, antialias(t, values, rate_out))
+    taps = antialias_taps(nominal_rate(t), float(rate_out))
+    if taps is None:
+        return interp_columns(grid, t, values)
+    first = max(int(np.searchsorted(t, grid[0], side="right")) - 1 - (len(taps) - 1), 0)
+    return interp_columns(grid, t[first:], _fir(values[first:], taps))
