@@ -22,8 +22,29 @@ from velobins_common.outputs import RunLayout, open_run_dir, output_mode, remove
 
 from .dataset_kinds import KINDS, add_allow_option
 
-TRAIN_FIELDS = ("epochs", "stride", "val_stride", "batch_size", "lr", "seed", "best_metric", "velocity_range", "device")
+TRAIN_FIELDS = (
+    "time_budget",
+    "epochs",
+    "stride",
+    "rotate_windows",
+    "val_stride",
+    "batch_size",
+    "lr",
+    "lr_schedule",
+    "warmup",
+    "min_lr_ratio",
+    "kl_ramp",
+    "kl_ramp_start",
+    "seed",
+    "best_metric",
+    "patience",
+    "velocity_range",
+    "device",
+)
 """TrainConfig fields that are options of ``velobins train`` (defaults and help from the dataclass)."""
+
+DEFAULT_RECIPE = "paper"
+"""The recipe ``velobins train`` applies when ``--recipe`` is not given (velobins_net.schedule.RECIPES)."""
 MODEL_FIELDS = ("bin_encoding", "num_bins")
 """ModelConfig fields that are options (the rest follows from the variant and the flights)."""
 
@@ -44,6 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     """Options of ``velobins train``; the training and model options come from their dataclasses."""
     from velobins_net.config import BIN_ENCODINGS, ModelConfig
     from velobins_net.decoders import UNCERTAINTY_SOURCES
+    from velobins_net.schedule import LR_SCHEDULES, RECIPES
     from velobins_net.train import METRICS, TrainConfig
 
     p = argparse.ArgumentParser(prog="velobins train", description=__doc__.split("\n\n")[0])
@@ -64,8 +86,21 @@ def build_parser() -> argparse.ArgumentParser:
         flags={"bin_encoding": "--encoding", "num_bins": "--bins"},
         choices={"bin_encoding": BIN_ENCODINGS},
     )
+    p.add_argument(
+        "--recipe",
+        choices=tuple(RECIPES),
+        default=DEFAULT_RECIPE,
+        help="named training settings (velobins_net.schedule.RECIPES; docs/results/recipe/README.md): "
+        "paper = constant LR 3e-4, stride 1, best by NLL; small-data = LR 1e-3 with 5%% warm-up and cosine decay, "
+        "rotating stride 4, best by NLL + NEES-share term. Options given explicitly override the recipe's values "
+        f"(default: {DEFAULT_RECIPE})",
+    )
     add_config_options(
-        p, TrainConfig, TRAIN_FIELDS, choices={"best_metric": METRICS, "device": ("auto", "cpu", "cuda")}
+        p,
+        TrainConfig,
+        TRAIN_FIELDS,
+        flags={"time_budget": "--time-budget"},
+        choices={"best_metric": METRICS, "device": ("auto", "cpu", "cuda"), "lr_schedule": LR_SCHEDULES},
     )
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
     p.add_argument(
@@ -126,9 +161,20 @@ def split_validation(seqs: list, fraction: float) -> tuple[list, list]:
     return seqs[:-n_val], seqs[-n_val:]
 
 
+def parse_train_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Parse ``velobins train``'s options: the recipe's values replace the dataclass defaults of the
+    options not given on the command line (explicit options always win)."""
+    from velobins_net.schedule import RECIPES
+
+    parser = build_parser()
+    recipe = parser.parse_known_args(argv)[0].recipe
+    parser.set_defaults(**RECIPES[recipe])
+    return parser.parse_args(argv)
+
+
 def main_train(argv: list[str] | None = None) -> int:
     """Entry point of ``velobins train``; returns the exit status (1 when no epoch scored)."""
-    args = build_parser().parse_args(argv)
+    args = parse_train_args(argv)
     if not 0.0 < args.val_fraction < 1.0:
         raise ValueError(f"--val-fraction must be in (0, 1), got {args.val_fraction}")
     if args.threads is not None and args.threads < 1:
@@ -185,12 +231,22 @@ def _run(args: argparse.Namespace) -> int:
         data_description=f"{args.dataset}: train {args.data} ({len(train_seqs)} flights), "
         f"val {args.val or 'held out'} ({len(val_seqs)} flights){notes}",
     )
-    print(f"training {cfg.variant} on {len(train_seqs)} flights, validating on {len(val_seqs)} -> {args.out}")
+    budget = f", budget {cfg.time_budget:g} min" if cfg.time_budget else ""
+    print(
+        f"training {cfg.variant} on {len(train_seqs)} flights, validating on {len(val_seqs)} "
+        f"(recipe {args.recipe}{budget}) -> {args.out}"
+    )
     result = train(cfg, train_seqs, val_seqs, args.out)
     if result.history:
-        print(f"{'epoch':>5} {'loss':>9} {'val AVE':>8} {'val NLL':>8} {'win/s':>7}")
+        print(f"{'epoch':>5} {'loss':>9} {'val AVE':>8} {'val NLL':>8} {'NEES in':>7} {'lr':>8} {'win/s':>7}")
         for h in result.history:
-            print(f"{h.epoch:>5} {h.train_loss:>9.4f} {h.val_ave:>8.4f} {h.val_nll:>8.3f} {h.windows_per_s:>7.0f}")
+            print(
+                f"{h.epoch:>5} {h.train_loss:>9.4f} {h.val_ave:>8.4f} {h.val_nll:>8.3f} "
+                f"{100 * h.val_nees_share:>6.0f}% {h.lr:>8.2e} {h.windows_per_s:>7.0f}"
+            )
+        if cfg.time_budget:
+            last = result.history[-1]
+            print(f"time budget {cfg.time_budget:g} min: ran {len(result.history)} epochs in {last.elapsed_s:.0f} s")
     if result.best_epoch < 0:
         last = result.history[-1].epoch if result.history else None
         print(

@@ -5,7 +5,12 @@ DistributedDataParallel (``WORLD_SIZE``/``RANK``/``LOCAL_RANK`` in the environme
 CPU, nccl on CUDA). Each epoch shuffles the windows with a generator seeded by (seed, epoch),
 so runs are reproducible and a resumed run continues exactly where the interrupted one stopped.
 Validation every epoch reports the network AVE (mean ‖v̂ − v‖, m/s) and the Gaussian NLL in
-nats per axis; the best checkpoint by the chosen metric is kept beside the last one.
+nats per axis, and the network NEES (e·Σ⁻¹·e) median and share inside the χ²(3) 95 % bounds;
+the best checkpoint by the chosen metric is kept beside the last one.
+
+Beyond the paper's constant LR: a warm-up and decay schedule, a KL-weight ramp, per-epoch window
+offsets and a wall-clock budget (``time_budget``: the epoch count and the schedule's length are
+chosen to fit, re-planned after every epoch). Their formulas live in :mod:`.schedule`.
 """
 
 from __future__ import annotations
@@ -15,7 +20,6 @@ import json
 import math
 import os
 import random
-from collections.abc import Iterable
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +28,6 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
-from tqdm import tqdm
 
 from velobins_common.outputs import atomic_write_text
 from velobins_common.progress import progress_bar
@@ -34,11 +37,27 @@ from .bins import BinGrid, velocity_range_from
 from .checkpoint import CheckpointError, git_commit, read_checkpoint, save_checkpoint
 from .config import ModelConfig, config_differences
 from .data import SequenceLike, WindowDataset, describe_sources, fit_normalization
-from .losses import variant_loss
 from .model import VeloBinsNet
+from .schedule import (
+    LR_SCHEDULES,
+    BudgetPlanner,
+    epoch_window_indices,
+    kl_weight_factor,
+    lr_factor,
+    selection_score,
+)
+from .train_steps import (  # noqa: F401  (evaluate, make_optimizer, weighted_loss: public here as before)
+    ValFigures,
+    epoch_batches,
+    estimate_epoch_seconds,
+    evaluate,
+    make_optimizer,
+    train_epoch,
+    weighted_loss,
+)
 from .variants import Variant, parse_variant
 
-METRICS = ("nll", "ave")
+METRICS = ("nll", "ave", "nll+nees")
 _VAL_BATCH = 1024
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 
@@ -51,14 +70,27 @@ class TrainConfig:
         model: architecture; ``head``, ``cov_head``, ``uncertainty`` are set from ``variant`` and
             ``velocity_range`` from the training set (unless ``velocity_range`` below is given).
         variant: Table II row, e.g. ``"G+H^B"`` (VeloBins) or ``"reg"``.
-        epochs: number of epochs (paper: 100).
+        epochs: number of epochs (paper: 100); the upper bound when time_budget is set.
         batch_size: windows per optimizer step (paper: 128; per process under DDP).
-        lr: Adam learning rate (paper: 3e-4, constant).
+        lr: Adam learning rate (paper: 3e-4, constant); the peak of lr_schedule.
+        lr_schedule: constant (paper) or cosine (half-cosine decay to min_lr_ratio × lr at the end of the plan).
+        warmup: share of the planned steps over which the LR rises linearly from 0 (0 = none, the paper).
+        min_lr_ratio: cosine schedule: final LR as a share of lr.
+        kl_ramp: share of the planned steps over which λ_KL rises linearly from kl_ramp_start to 1
+            (0 = none, the paper).
+        kl_ramp_start: λ_KL multiplier at the first step of the KL ramp.
         stride: training window stride in samples.
+        rotate_windows: each epoch takes every stride-th window from offset epoch mod stride, so stride
+            epochs see every window (False: the same windows every epoch).
         val_stride: validation window stride in samples.
         seed: seeds parameters init and shuffling.
-        nll_start_epoch: regression baseline: epochs of Huber before switching to Gaussian NLL.
-        best_metric: ``"nll"`` or ``"ave"`` (validation, lower is better).
+        nll_start_epoch: regression baseline: epochs of Huber before switching to Gaussian NLL (under
+            time_budget the same share, nll_start_epoch / epochs, of the planned epochs).
+        best_metric: validation figure that picks best.pt, lower is better: nll, ave, or nll+nees
+            (NLL + log(0.95 / network NEES share in the χ²(3) 95 % bounds): penalises over-confidence).
+        patience: stop after this many epochs without a better best_metric (0 = never).
+        time_budget: wall-clock budget in minutes (None = run all epochs): the epoch count and the
+            schedule's length are chosen to fit it and training stops at it.
         device: ``"auto"`` (CUDA when available), ``"cpu"`` or ``"cuda"``.
         velocity_range: fixed R [m/s]; None = RANGE_MARGIN × training max.
         resume: checkpoint to resume from (model, optimizer, epoch, RNG).
@@ -71,11 +103,19 @@ class TrainConfig:
     epochs: int = 100
     batch_size: int = 128
     lr: float = 3e-4
+    lr_schedule: str = "constant"
+    warmup: float = 0.0
+    min_lr_ratio: float = 1.0
+    kl_ramp: float = 0.0
+    kl_ramp_start: float = 1.0
     stride: int = 1
+    rotate_windows: bool = False
     val_stride: int = 5
     seed: int = 0
     nll_start_epoch: int = 10
     best_metric: str = "nll"
+    patience: int = 0
+    time_budget: float | None = None
     device: str = "auto"
     velocity_range: float | None = None
     resume: str | None = None
@@ -89,17 +129,33 @@ class TrainConfig:
         for name in ("epochs", "batch_size", "stride", "val_stride"):
             if getattr(self, name) < 1:
                 raise ValueError(f"TrainConfig.{name}: must be >= 1, got {getattr(self, name)}")
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise ValueError(f"TrainConfig.lr_schedule: must be one of {LR_SCHEDULES}, got {self.lr_schedule!r}")
+        for name in ("warmup", "min_lr_ratio", "kl_ramp", "kl_ramp_start"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"TrainConfig.{name}: must be in [0, 1], got {getattr(self, name)}")
+        if self.patience < 0:
+            raise ValueError(f"TrainConfig.patience: must be >= 0, got {self.patience}")
+        if self.time_budget is not None and not self.time_budget > 0:
+            raise ValueError(f"TrainConfig.time_budget: must be > 0 minutes, got {self.time_budget}")
 
 
 @dataclass
 class EpochRecord:
-    """One epoch's figures."""
+    """One epoch's figures, and the schedule it ran under (lr and λ_KL multiplier at its last step)."""
 
     epoch: int
     train_loss: float
     val_ave: float
     val_nll: float
     windows_per_s: float
+    val_nees_median: float = math.nan
+    val_nees_share: float = math.nan
+    lr: float = math.nan
+    kl_weight: float = 1.0
+    elapsed_s: float = math.nan
+    planned_epochs: int = 0
+    budget_s: float | None = None
 
 
 @dataclass
@@ -176,69 +232,6 @@ def _set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def epoch_batches(n: int, batch_size: int, seed: int, epoch: int, rank: int = 0, world: int = 1) -> list[torch.Tensor]:
-    """This rank's shuffled mini-batches of window indices; every rank gets the same count."""
-    g = torch.Generator().manual_seed(seed * 100003 + epoch)
-    perm = torch.randperm(n, generator=g)
-    per_rank = n // world
-    mine = perm[rank * per_rank : (rank + 1) * per_rank] if world > 1 else perm
-    return list(mine.split(batch_size))
-
-
-def make_optimizer(params: Iterable[nn.Parameter], lr: float) -> torch.optim.Adam:
-    """Adam (Implementation Details) with the fused single-kernel update (same maths, ~5× faster step on CPU)."""
-    return torch.optim.Adam(params, lr=lr, fused=True)
-
-
-@torch.inference_mode()
-def evaluate(model: VeloBinsNet, ds: WindowDataset, device: torch.device) -> tuple[float, float]:
-    """Network AVE (mean ‖v̂ − v‖, m/s) and Gaussian NLL (nats per axis) over all windows of ``ds``."""
-    was_training = model.training
-    model.eval()
-    err_sum, nll_sum, count = 0.0, 0.0, 0
-    for idx in torch.arange(len(ds)).split(_VAL_BATCH):
-        x, y = ds.gather(idx)
-        out = model(x.to(device))
-        e = out.v.double() - y.to(device).double()
-        var = out.var.double().clamp_min(1e-12)
-        err_sum += float(e.norm(dim=-1).sum())
-        nll_sum += float((_HALF_LOG_2PI + 0.5 * var.log() + 0.5 * e.square() / var).sum())
-        count += len(idx)
-    model.train(was_training)
-    return err_sum / count, nll_sum / (3 * count)
-
-
-def train_epoch(
-    model: nn.Module,
-    core: VeloBinsNet,
-    ds: WindowDataset,
-    batches: list[torch.Tensor],
-    optimizer: torch.optim.Optimizer,
-    variant: Variant,
-    grid: BinGrid,
-    use_nll: bool,
-    device: torch.device,
-    progress: tqdm | None = None,
-) -> float:
-    """One pass over ``batches``; returns the mean training loss. ``model`` may be the DDP wrapper of ``core``."""
-    model.train()
-    centres = core.bins.centres if core.bins is not None else torch.empty(0, device=device)
-    total = 0.0
-    for idx in batches:
-        x, y = ds.gather(idx)
-        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-        out = model(x)
-        loss, _ = variant_loss(variant, out, y, grid, centres, use_nll=use_nll)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        total += float(loss.detach())
-        if progress is not None:
-            progress.update(len(idx))
-            progress.set_postfix(loss=f"{float(loss.detach()):.4f}")
-    return total / max(len(batches), 1)
-
-
 def history_json(history: Seq[EpochRecord]) -> str:
     """``history.json`` text: one record per epoch, non-finite figures as ``null`` (strict JSON)."""
 
@@ -257,10 +250,13 @@ def train(
     ``history.json`` is rewritten (atomically) after every epoch. ``best.pt`` is written only for
     an epoch whose validation metric is finite; when none is, ``TrainResult.best_epoch`` is -1
     and there is no ``best.pt``. A non-finite training loss (divergence) ends training after that
-    epoch. The caller owns the output directory (``velobins train`` locks it).
+    epoch. The caller owns the output directory (``velobins train`` locks it). With
+    ``cfg.time_budget`` the epoch count is planned from a timing pass, re-planned after every epoch
+    and a running epoch stops at the budget (single process); each history record carries the plan.
     """
     import time
 
+    t_start = time.perf_counter()
     variant = parse_variant(cfg.variant)
     out_dir = Path(out_dir)
     device_kind = "cuda" if (cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available())) else "cpu"
@@ -271,7 +267,7 @@ def train(
     seed_everything(cfg.seed)
 
     base = resolve_model_config(cfg, variant, cfg.model.velocity_range)  # window and rotor layout for the data
-    train_ds = WindowDataset(train_seqs, base, cfg.stride)
+    train_ds = WindowDataset(train_seqs, base, 1 if cfg.rotate_windows else cfg.stride)
     val_ds = WindowDataset(val_seqs, base, cfg.val_stride)
     r = cfg.velocity_range or velocity_range_from([train_ds.targets.numpy()])
     mcfg = resolve_model_config(cfg, variant, r)
@@ -282,7 +278,7 @@ def train(
     core.encoder.set_normalization(torch.from_numpy(norm.mean).float(), torch.from_numpy(norm.std).float())
     core.to(device)
     optimizer = make_optimizer(core.parameters(), cfg.lr)
-    start_epoch, best_value, best_epoch = 0, math.inf, -1
+    start_epoch, best_value, best_epoch, spent_before = 0, math.inf, -1, 0.0
     history: list[EpochRecord] = []
 
     if cfg.resume:
@@ -299,6 +295,7 @@ def train(
         start_epoch = int(ckpt["epoch"]) + 1
         best_value, best_epoch = float(ckpt["best"]["value"]), int(ckpt["best"]["epoch"])
         history = [EpochRecord(**h) for h in ckpt.get("history", [])]
+        spent_before = float(ckpt.get("budget", {}).get("elapsed_s", 0.0))
         _set_rng_state(ckpt["rng"])
 
     model: nn.Module = core
@@ -325,26 +322,70 @@ def train(
         "world_size": dd.world,
     }
     best_path, last_path = out_dir / "best.pt", out_dir / "last.pt"
-    for epoch in range(start_epoch, cfg.epochs):
-        batches = epoch_batches(len(train_ds), cfg.batch_size, cfg.seed, epoch, dd.rank, dd.world)
+    n_first = len(epoch_window_indices(len(train_ds), cfg.stride, 0, cfg.rotate_windows)) // dd.world
+    steps_per_epoch = max(1, math.ceil(n_first / cfg.batch_size))
+    planner, planned = None, cfg.epochs
+    if cfg.time_budget is not None:
+        planner = BudgetPlanner(cfg.time_budget * 60.0, cfg.epochs, start=t_start - spent_before)
+        if start_epoch > 0 and history:
+            planner.epoch_s = [h.elapsed_s for h in history[-1:] if math.isfinite(h.elapsed_s)]
+        est = estimate_epoch_seconds(
+            core, train_ds, val_ds, cfg.lr, cfg.batch_size, variant, grid, device, steps_per_epoch
+        )
+        planned = _agree(planner.plan(start_epoch, est), dd, device)
+    epoch = start_epoch
+    while epoch < planned:
+        indices = epoch_window_indices(len(train_ds), cfg.stride, epoch, cfg.rotate_windows)
+        batches = epoch_batches(len(train_ds), cfg.batch_size, cfg.seed, epoch, dd.rank, dd.world, indices)
         bar = progress_bar(
             total=sum(len(b) for b in batches),
-            desc=f"epoch {epoch + 1}/{cfg.epochs}",
+            desc=f"epoch {epoch + 1}/{planned}",
             leave=False,
             enabled=cfg.progress and dd.is_main,
         )
         t0 = time.perf_counter()
-        use_nll = variant.is_regression and epoch >= cfg.nll_start_epoch
-        loss = train_epoch(model, core, train_ds, batches, optimizer, variant, grid, use_nll, device, bar)
-        rate = sum(len(b) for b in batches) * dd.world / (time.perf_counter() - t0)
+        nll_start = cfg.nll_start_epoch if planner is None else round(cfg.nll_start_epoch * planned / cfg.epochs)
+        use_nll = variant.is_regression and epoch >= nll_start
+        total_steps = planned * steps_per_epoch
+
+        def schedule(i: int, first: int = epoch * steps_per_epoch, total: int = total_steps) -> tuple[float, float]:
+            p = (first + i) / total
+            lr = cfg.lr * lr_factor(p, cfg.lr_schedule, cfg.warmup, cfg.min_lr_ratio)
+            return lr, kl_weight_factor(p, cfg.kl_ramp, cfg.kl_ramp_start)
+
+        deadline = planner.deadline() if planner is not None and dd.world == 1 else None
+        loss, done = train_epoch(
+            model, core, train_ds, batches, optimizer, variant, grid, use_nll, device, bar, schedule, deadline
+        )
+        rate = sum(len(b) for b in batches[:done]) * dd.world / max(time.perf_counter() - t0, 1e-9)
         bar.close()
-        ave, nll = evaluate(core, val_ds, device)
-        history.append(EpochRecord(epoch, loss, ave, nll, rate))
-        value = nll if cfg.best_metric == "nll" else ave
+        val = evaluate(core, val_ds, device)
+        lr_now, kl_now = schedule(max(done - 1, 0))
+        score = {"nll": val.nll, "ave": val.ave, "nll+nees": selection_score(val.nll, val.nees_share)}
+        value = score[cfg.best_metric]
         # A non-finite validation metric is never "best": best.pt holds a model that scored.
         improved = math.isfinite(value) and value < best_value
         if improved:
             best_value, best_epoch = value, epoch
+        if planner is not None:
+            planner.epoch_s.append(time.perf_counter() - t0)
+        budget_s = planner.budget_s if planner is not None else None
+        elapsed = time.perf_counter() - t_start + spent_before
+        rec = EpochRecord(
+            epoch,
+            loss,
+            val.ave,
+            val.nll,
+            rate,
+            val.nees_median,
+            val.nees_share,
+            lr_now,
+            kl_now,
+            elapsed,
+            planned,
+            budget_s,
+        )
+        history.append(rec)
         if dd.is_main:
             payload = static | {
                 "model_state": core.state_dict(),
@@ -353,13 +394,17 @@ def train(
                 "rng": _rng_state(),
                 "best": {"metric": cfg.best_metric, "value": best_value, "epoch": best_epoch},
                 "history": [dataclasses.asdict(h) for h in history],
+                "budget": {"budget_s": budget_s, "elapsed_s": elapsed, "planned_epochs": planned},
             }
             save_checkpoint(last_path, payload)
             if improved:
                 save_checkpoint(best_path, payload)
             atomic_write_text(out_dir / "history.json", history_json(history))
             if cfg.progress:
-                msg = f"epoch {epoch + 1}: loss {loss:.4f}  val AVE {ave:.4f} m/s  NLL {nll:.3f}  ({rate:.0f} win/s)"
+                msg = (
+                    f"epoch {epoch + 1}/{planned}: loss {loss:.4f}  val AVE {val.ave:.4f} m/s  NLL {val.nll:.3f}  "
+                    f"NEES med {val.nees_median:.2f} in-bounds {100 * val.nees_share:.0f}%  ({rate:.0f} win/s)"
+                )
                 if not math.isfinite(value):
                     msg += f"  [val {cfg.best_metric} not finite: not a candidate for best.pt]"
                 print(msg, flush=True)  # one line per epoch, in a log as on a terminal
@@ -367,4 +412,18 @@ def train(
             dist.barrier()
         if not math.isfinite(loss):
             break  # diverged: every later epoch would train on NaN weights
+        epoch += 1
+        if cfg.patience and epoch - 1 - best_epoch >= cfg.patience:
+            break  # early stopping: no better validation figure for `patience` epochs
+        if planner is not None:
+            planned = _agree(planner.plan(epoch), dd, device)
     return TrainResult(best_path, last_path, best_epoch, best_value, mcfg, history)
+
+
+def _agree(planned: int, dd: _Dist, device: torch.device) -> int:
+    """Rank 0's plan on every rank (timings differ between processes; the epoch count must not)."""
+    if dd.world <= 1:
+        return planned
+    t = torch.tensor([planned], device=device)
+    dist.broadcast(t, src=0)
+    return int(t.item())

@@ -1,0 +1,131 @@
+"""Training schedules and the time budget: LR warm-up/decay, KL ramp, rotating windows, selection score, budget plan."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import time
+
+import pytest
+import torch
+from synthetic import make_flight
+
+from velobins_net.bins import BinGrid
+from velobins_net.config import ModelConfig
+from velobins_net.losses import variant_loss
+from velobins_net.model import VeloBinsNet
+from velobins_net.schedule import (
+    RECIPES,
+    BudgetPlanner,
+    epoch_window_indices,
+    kl_weight_factor,
+    lr_factor,
+    nees_bounds,
+    selection_score,
+)
+from velobins_net.train import TrainConfig, resolve_model_config, train, weighted_loss
+from velobins_net.variants import parse_variant
+
+torch.set_num_threads(1)
+TINY = ModelConfig(num_bins=32)
+
+
+def test_paper_recipe_is_the_dataclass_default():
+    cfg = TrainConfig()
+    for name, value in RECIPES["paper"].items():
+        assert getattr(cfg, name) == value, name
+    assert set(RECIPES["small-data"]) == set(RECIPES["paper"])
+    TrainConfig(**RECIPES["small-data"])  # every recipe is a valid config
+
+
+def test_lr_factor_warmup_then_cosine_or_constant():
+    assert lr_factor(0.3, "constant", 0.0, 1.0) == 1.0
+    assert lr_factor(0.0, "cosine", 0.1, 0.02) == 0.0
+    assert lr_factor(0.05, "cosine", 0.1, 0.02) == pytest.approx(0.5)
+    assert lr_factor(0.1, "cosine", 0.1, 0.02) == pytest.approx(1.0)
+    assert lr_factor(0.55, "cosine", 0.1, 0.02) == pytest.approx(0.02 + 0.98 * 0.5)
+    assert lr_factor(1.0, "cosine", 0.1, 0.02) == pytest.approx(0.02)
+    assert lr_factor(1.7, "cosine", 0.1, 0.02) == pytest.approx(0.02)  # past the plan: stays at the end value
+    grid = [lr_factor(p / 100, "cosine", 0.05, 0.0) for p in range(5, 101)]
+    assert all(a >= b for a, b in itertools.pairwise(grid))
+    with pytest.raises(ValueError, match="lr_schedule"):
+        lr_factor(0.5, "step", 0.0, 1.0)
+
+
+def test_kl_ramp():
+    assert kl_weight_factor(0.0, 0.0, 0.1) == 1.0
+    assert kl_weight_factor(0.0, 0.2, 0.1) == pytest.approx(0.1)
+    assert kl_weight_factor(0.1, 0.2, 0.1) == pytest.approx(0.55)
+    assert kl_weight_factor(0.2, 0.2, 0.1) == 1.0
+
+
+def test_rotating_windows_cover_every_window_once_per_cycle():
+    n, stride = 103, 4
+    cycle = torch.cat([epoch_window_indices(n, stride, e, True) for e in range(8, 8 + stride)])
+    assert sorted(cycle.tolist()) == list(range(n))
+    assert torch.equal(epoch_window_indices(n, stride, 3, False), torch.arange(n))
+
+
+def test_selection_score_charges_the_missing_share_in_nats():
+    lo, hi = nees_bounds()
+    assert lo == pytest.approx(0.216, abs=5e-4) and hi == pytest.approx(9.348, abs=5e-4)
+    assert selection_score(-1.0, 0.95) == -1.0
+    assert selection_score(-1.0, 0.99) == -1.0  # no reward beyond nominal
+    assert selection_score(-1.0, 0.475) == pytest.approx(-1.0 + math.log(2.0))
+
+
+def test_budget_planner_fits_the_remaining_time():
+    pl = BudgetPlanner(budget_s=10.0, max_epochs=50, start=time.perf_counter())
+    assert pl.plan(0, estimate_s=3.0) == 3
+    pl.epoch_s = [2.0, 2.0]
+    assert pl.plan(2) in (6, 7)  # ~10 s left minus a little → 4 more
+    assert BudgetPlanner(10.0, 5, start=time.perf_counter()).plan(0, estimate_s=0.1) == 5  # epochs cap
+    late = BudgetPlanner(10.0, 50, start=time.perf_counter() - 20.0)
+    assert late.plan(4, estimate_s=1.0) == 4  # over budget: nothing more
+    assert BudgetPlanner(1.0, 50, start=time.perf_counter()).plan(0, estimate_s=5.0) == 1  # always one epoch
+
+
+def test_weighted_loss_scales_only_the_kl_gradient():
+    variant = parse_variant("G+H^B")
+    mcfg = resolve_model_config(TrainConfig(model=TINY), variant, 2.0)
+    torch.manual_seed(0)
+    net = VeloBinsNet(mcfg)
+    grid = BinGrid(mcfg.num_bins, mcfg.velocity_range)
+    x, y = torch.randn(8, 100, 10), 0.5 * torch.randn(8, 3)
+    out = net(x)
+    full, terms = variant_loss(variant, out, y, grid, net.bins.centres)
+    assert weighted_loss(variant, out, y, grid, net.bins.centres, False, 1.0).item() == pytest.approx(full.item())
+    half = weighted_loss(variant, out, y, grid, net.bins.centres, False, 0.5)
+    assert half.item() == pytest.approx(terms["huber"] + 0.5 * terms["kl"], rel=1e-5)
+
+
+def test_time_budget_plans_epochs_stops_and_records_the_plan(tmp_path):
+    seqs, val = [make_flight(i, duration=8.0) for i in range(2)], [make_flight(9, duration=4.0)]
+    budget_min = 8.0 / 60.0
+    cfg = TrainConfig(
+        model=TINY, stride=2, epochs=10_000, progress=False, time_budget=budget_min, **_small_data_schedule()
+    )
+    t0 = time.perf_counter()
+    res = train(cfg, seqs, val, tmp_path)
+    took = time.perf_counter() - t0
+    assert took < 8.0 + 3.0, took  # stops at the budget (one validation and checkpoint past it at most)
+    assert len(res.history) >= 2 and res.best_path.is_file()
+    rows = json.loads((tmp_path / "history.json").read_text())
+    assert all(r["budget_s"] == pytest.approx(8.0) for r in rows)
+    assert rows[-1]["planned_epochs"] >= len(rows) - 1
+    assert rows[-1]["elapsed_s"] <= 8.0 + 2.0
+    assert rows[-1]["lr"] < 0.5 * cfg.lr  # the cosine was sized to the budget: decayed by the end
+    assert 0.0 <= rows[-1]["val_nees_share"] <= 1.0 and math.isfinite(rows[-1]["val_nees_median"])
+
+
+def test_patience_stops_early(tmp_path):
+    seqs = [make_flight(1, duration=6.0)]
+    cfg = TrainConfig(model=TINY, stride=10, epochs=30, lr=0.0, progress=False, patience=2)  # lr 0: never improves
+    res = train(cfg, seqs, seqs, tmp_path)
+    assert res.best_epoch == 0 and len(res.history) == 3
+
+
+def _small_data_schedule() -> dict:
+    keep = ("lr_schedule", "warmup", "min_lr_ratio", "rotate_windows", "best_metric")
+    return {k: v for k, v in RECIPES["small-data"].items() if k in keep} | {"lr": 3e-3}

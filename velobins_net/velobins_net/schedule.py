@@ -1,0 +1,172 @@
+"""Training schedules beyond the paper's constant learning rate: LR warm-up and decay, the KL ramp,
+the per-epoch window offsets, the checkpoint-selection score and the wall-clock budget planner.
+
+Every schedule is a function of the *progress* p ∈ [0, 1] of the planned optimiser steps, so the
+same recipe works for a fixed number of epochs and for a run whose length a time budget chooses
+(:class:`BudgetPlanner` re-plans the epoch count after every epoch; p follows the latest plan).
+
+The paper's setting (constant 3e-4, KL weight 1 from the first step, fixed windows, best epoch by
+validation NLL) is the identity of every function here; :data:`RECIPES` names it and the
+small-data recipe of ``docs/results/recipe/README.md``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+LR_SCHEDULES = ("constant", "cosine")
+"""``constant``: the paper's fixed LR (after the optional warm-up); ``cosine``: half-cosine decay to
+``min_lr_ratio`` × LR over the rest of the planned steps."""
+
+NEES_NOMINAL_SHARE = 0.95
+"""Share of a consistent 3-dof NEES inside its two-sided 95 % χ² bounds."""
+
+RECIPES: dict[str, dict[str, Any]] = {
+    "paper": {
+        "lr": 3e-4,
+        "lr_schedule": "constant",
+        "warmup": 0.0,
+        "min_lr_ratio": 1.0,
+        "kl_ramp": 0.0,
+        "kl_ramp_start": 1.0,
+        "batch_size": 128,
+        "stride": 1,
+        "rotate_windows": False,
+        "best_metric": "nll",
+    },
+    "small-data": {
+        "lr": 1e-3,
+        "lr_schedule": "cosine",
+        "warmup": 0.05,
+        "min_lr_ratio": 0.02,
+        "kl_ramp": 0.0,
+        "kl_ramp_start": 1.0,
+        "batch_size": 128,
+        "stride": 4,
+        "rotate_windows": True,
+        "best_metric": "nll+nees",
+    },
+}
+"""Named TrainConfig settings (``velobins train --recipe``); options given explicitly override them."""
+
+
+def lr_factor(progress: float, schedule: str, warmup: float, min_ratio: float) -> float:
+    """Multiplier of the base LR at ``progress`` of the planned steps.
+
+    Linear warm-up from 0 over the first ``warmup`` share (a large LR on a fresh transformer and a
+    fresh Adam second-moment estimate diverges or wastes the first steps), then ``constant`` or a
+    half-cosine from 1 to ``min_ratio`` at the end of the plan (a decayed LR settles the weights,
+    which a short budget cannot wait for at a constant LR). Past the plan the factor stays at its end value.
+    """
+    if schedule not in LR_SCHEDULES:
+        raise ValueError(f"lr_schedule: must be one of {LR_SCHEDULES}, got {schedule!r}")
+    p = min(max(progress, 0.0), 1.0)
+    if warmup > 0.0 and p < warmup:
+        return p / warmup
+    if schedule == "constant" or warmup >= 1.0:
+        return 1.0
+    q = (p - warmup) / (1.0 - warmup)
+    return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * q))
+
+
+def kl_weight_factor(progress: float, ramp: float, start: float) -> float:
+    """Multiplier of λ_KL at ``progress``: linear from ``start`` to 1 over the first ``ramp`` share, then 1.
+
+    Early in training the error-conditioned labels are as wide as the (large) errors; the ramp
+    shifts the early balance between the KL and the Huber term (eq:total_loss) without changing
+    the objective the run ends on.
+    """
+    if ramp <= 0.0 or progress >= ramp:
+        return 1.0
+    return start + (1.0 - start) * max(progress, 0.0) / ramp
+
+
+def epoch_window_indices(n: int, stride: int, epoch: int, rotate: bool) -> torch.Tensor:
+    """Indices of the windows an epoch draws from a stride-1 set of ``n`` windows.
+
+    ``rotate``: every ``stride``-th window starting at offset ``epoch mod stride``, so each epoch
+    is ``stride`` times shorter (more validations, a finer best-epoch choice at the same budget)
+    while ``stride`` consecutive epochs still see every window once. Without it: all ``n``.
+    """
+    if not rotate or stride <= 1:
+        return torch.arange(n)
+    return torch.arange(epoch % stride, n, stride)
+
+
+def nees_bounds(dof: int = 3, confidence: float = NEES_NOMINAL_SHARE) -> tuple[float, float]:
+    """Two-sided ``confidence`` interval of a χ²(dof) variable: (3, 0.95) → (0.216, 9.348)."""
+    from scipy.stats import chi2
+
+    tail = 0.5 * (1.0 - confidence)
+    return float(chi2.ppf(tail, dof)), float(chi2.ppf(1.0 - tail, dof))
+
+
+def selection_score(nll: float, nees_share: float) -> float:
+    """Checkpoint-selection score ``nll+nees``: validation NLL + log(0.95 / network NEES share in bounds).
+
+    The NLL rewards a sharp variance that is right on most windows and forgives the
+    over-confident tail that makes a filter inconsistent; the second term (nats, like the NLL;
+    zero for a consistent predictor) charges the share of windows whose NEES e·Σ⁻¹·e falls outside
+    the χ²(3) 95 % bounds, both the over- and the under-confident side. It is the filter's NEES
+    share measured on the network alone, so it needs no EKF pass per epoch.
+    """
+    share = max(nees_share, 1e-6)
+    return nll + max(0.0, math.log(NEES_NOMINAL_SHARE / share))
+
+
+@dataclass
+class BudgetPlanner:
+    """Chooses how many epochs fit a wall-clock budget, and says when to stop.
+
+    Attributes:
+        budget_s: the budget [s], counted from ``start`` (the call of ``train``).
+        max_epochs: the plan never exceeds this many epochs.
+        start: ``time.perf_counter()`` at the start of the run (minus the time spent before a resume).
+        epoch_s: measured wall time of each finished epoch (training, validation, checkpoints).
+        planned: the current plan (epochs in total); 0 before the first estimate.
+    """
+
+    budget_s: float
+    max_epochs: int
+    start: float = field(default_factory=time.perf_counter)
+    epoch_s: list[float] = field(default_factory=list)
+    planned: int = 0
+
+    def elapsed(self) -> float:
+        """Seconds spent so far."""
+        return time.perf_counter() - self.start
+
+    def deadline(self) -> float:
+        """``time.perf_counter()`` value at which the budget ends (a running epoch stops there)."""
+        return self.start + self.budget_s
+
+    def epoch_estimate(self) -> float:
+        """Expected wall time of the next epoch: the mean of the last three (contention drifts)."""
+        recent = self.epoch_s[-3:]
+        return sum(recent) / len(recent)
+
+    def plan(self, epochs_done: int, estimate_s: float | None = None) -> int:
+        """Total epochs that fit: those done plus as many more as the remaining time holds.
+
+        ``estimate_s`` replaces the measured estimate (the timing pass before the first epoch).
+        At least one epoch is always planned, so a run never ends without a validated checkpoint.
+        """
+        est = estimate_s if estimate_s is not None else self.epoch_estimate()
+        remaining = self.budget_s - self.elapsed()
+        more = int(remaining // est) if est > 0 and remaining > 0 else 0
+        self.planned = max(1, min(self.max_epochs, epochs_done + more))
+        return self.planned
+
+
+def time_steps(step: Any, count: int) -> float:
+    """Mean seconds per call of ``step()`` over ``count`` calls, after one untimed call (allocations)."""
+    step()
+    t0 = time.perf_counter()
+    for _ in range(count):
+        step()
+    return (time.perf_counter() - t0) / max(count, 1)

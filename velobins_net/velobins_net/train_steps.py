@@ -1,0 +1,202 @@
+"""The steps of a training run (:mod:`.train` drives them): batches, the optimiser, one epoch, validation,
+the loss with the KL ramp, and the timing pass a time budget is planned from.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from tqdm import tqdm
+
+from .bins import BinGrid
+from .config import LAMBDA_KL
+from .data import WindowDataset
+from .labels import error_conditioned_labels
+from .losses import kl_loss, variant_loss
+from .model import VeloBinsNet
+from .schedule import nees_bounds, time_steps
+from .variants import Variant
+
+_VAL_BATCH = 1024
+_HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
+
+
+def epoch_batches(
+    n: int,
+    batch_size: int,
+    seed: int,
+    epoch: int,
+    rank: int = 0,
+    world: int = 1,
+    indices: torch.Tensor | None = None,
+) -> list[torch.Tensor]:
+    """This rank's shuffled mini-batches of window indices (of ``indices``, default all ``n``).
+
+    Every rank gets the same count; the shuffle is seeded by (seed, epoch).
+    """
+    g = torch.Generator().manual_seed(seed * 100003 + epoch)
+    if indices is not None:
+        n = len(indices)
+    perm = torch.randperm(n, generator=g)
+    if indices is not None:
+        perm = indices[perm]
+    per_rank = n // world
+    mine = perm[rank * per_rank : (rank + 1) * per_rank] if world > 1 else perm
+    return list(mine.split(batch_size))
+
+
+def make_optimizer(params: Iterable[nn.Parameter], lr: float) -> torch.optim.Adam:
+    """Adam (Implementation Details) with the fused single-kernel update (same maths, ~5× faster step on CPU)."""
+    return torch.optim.Adam(params, lr=lr, fused=True)
+
+
+@dataclass(frozen=True)
+class ValFigures:
+    """One validation pass: network AVE [m/s], Gaussian NLL [nats per axis], NEES median and share in bounds."""
+
+    ave: float
+    nll: float
+    nees_median: float
+    nees_share: float
+
+
+@torch.inference_mode()
+def evaluate(model: VeloBinsNet, ds: WindowDataset, device: torch.device) -> ValFigures:
+    """Network AVE (mean ‖v̂ − v‖, m/s), Gaussian NLL (nats per axis) and the network NEES
+    (Σ_axes e²/σ², per window: median and share inside the χ²(3) 95 % bounds) over all windows of ``ds``."""
+    was_training = model.training
+    model.eval()
+    err_sum, nll_sum, count = 0.0, 0.0, 0
+    nees = []
+    for idx in torch.arange(len(ds)).split(_VAL_BATCH):
+        x, y = ds.gather(idx)
+        out = model(x.to(device))
+        e = out.v.double() - y.to(device).double()
+        var = out.var.double().clamp_min(1e-12)
+        err_sum += float(e.norm(dim=-1).sum())
+        nll_sum += float((_HALF_LOG_2PI + 0.5 * var.log() + 0.5 * e.square() / var).sum())
+        nees.append((e.square() / var).sum(-1).cpu())
+        count += len(idx)
+    model.train(was_training)
+    all_nees = torch.cat(nees)
+    lo, hi = nees_bounds()
+    share = float(((all_nees >= lo) & (all_nees <= hi)).double().mean())
+    return ValFigures(err_sum / count, nll_sum / (3 * count), float(all_nees.median()), share)
+
+
+def weighted_loss(
+    variant: Variant,
+    out: Any,
+    y: torch.Tensor,
+    grid: BinGrid,
+    centres: torch.Tensor,
+    use_nll: bool,
+    kl_weight: float,
+) -> torch.Tensor:
+    """The variant's loss (:func:`~.losses.variant_loss`) with λ_KL multiplied by ``kl_weight`` (the KL ramp)."""
+    if kl_weight == 1.0 or not variant.uses_kl or variant.is_regression:
+        return variant_loss(variant, out, y, grid, centres, use_nll=use_nll)[0]
+    labels: list[torch.Tensor] = []
+
+    def keep_labels(v_hat: torch.Tensor, v: torch.Tensor, g: BinGrid) -> torch.Tensor:
+        labels.append(error_conditioned_labels(v_hat, v, g))
+        return labels[-1]
+
+    total, _ = variant_loss(variant, out, y, grid, centres, use_nll=use_nll, label_fn=keep_labels)
+    q = labels[-1].to(out.logits.dtype)
+    return total + (kl_weight - 1.0) * LAMBDA_KL * kl_loss(q, out.logits)
+
+
+def train_epoch(
+    model: nn.Module,
+    core: VeloBinsNet,
+    ds: WindowDataset,
+    batches: list[torch.Tensor],
+    optimizer: torch.optim.Optimizer,
+    variant: Variant,
+    grid: BinGrid,
+    use_nll: bool,
+    device: torch.device,
+    progress: tqdm | None = None,
+    schedule: Any = None,
+    deadline: float | None = None,
+) -> tuple[float, int]:
+    """One pass over ``batches``: (mean training loss, batches done). ``model`` may be the DDP wrapper of ``core``.
+
+    ``schedule(i)`` gives the (LR, λ_KL multiplier) of the epoch's i-th step (None: the optimiser's
+    LR and weight 1); the pass stops early once ``time.perf_counter()`` passes ``deadline``.
+    """
+    import time
+
+    model.train()
+    centres = core.bins.centres if core.bins is not None else torch.empty(0, device=device)
+    total, done = 0.0, 0
+    for i, idx in enumerate(batches):
+        if deadline is not None and time.perf_counter() > deadline:
+            break
+        kl_w = 1.0
+        if schedule is not None:
+            lr, kl_w = schedule(i)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+        x, y = ds.gather(idx)
+        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        out = model(x)
+        loss = weighted_loss(variant, out, y, grid, centres, use_nll, kl_w)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        total += float(loss.detach())
+        done += 1
+        if progress is not None:
+            progress.update(len(idx))
+            progress.set_postfix(loss=f"{float(loss.detach()):.4f}")
+    return total / max(done, 1), done
+
+
+def estimate_epoch_seconds(
+    core: VeloBinsNet,
+    train_ds: WindowDataset,
+    val_ds: WindowDataset,
+    lr: float,
+    batch_size: int,
+    variant: Variant,
+    grid: BinGrid,
+    device: torch.device,
+    steps_per_epoch: int,
+) -> float:
+    """Expected seconds of one epoch (training steps + validation), from a few steps on a throw-away copy.
+
+    Runs before the first epoch so a time budget can size the schedule from the start; the copy and
+    a forked RNG leave the run itself exactly as without the timing pass.
+    """
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        probe = copy.deepcopy(core)
+        opt = make_optimizer(probe.parameters(), lr)
+        centres = probe.bins.centres if probe.bins is not None else torch.empty(0, device=device)
+        idx = torch.arange(min(len(train_ds), batch_size))
+        x, y = (t.to(device) for t in train_ds.gather(idx))
+
+        def step() -> None:
+            loss = weighted_loss(variant, probe(x), y, grid, centres, False, 1.0)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+
+        t_step = time_steps(step, 3)
+        vidx = torch.arange(min(len(val_ds), _VAL_BATCH))
+        xv = val_ds.gather(vidx)[0].to(device)
+
+        def val_step() -> None:
+            with torch.inference_mode():
+                probe(xv)
+
+        probe.eval()
+        t_val = time_steps(val_step, 1)
+    return steps_per_epoch * t_step + math.ceil(len(val_ds) / len(vidx)) * t_val
