@@ -327,8 +327,6 @@ def train(
     planner, planned = None, cfg.epochs
     if cfg.time_budget is not None:
         planner = BudgetPlanner(cfg.time_budget * 60.0, cfg.epochs, start=t_start - spent_before)
-        if start_epoch > 0 and history:
-            planner.epoch_s = [h.elapsed_s for h in history[-1:] if math.isfinite(h.elapsed_s)]
         est = estimate_epoch_seconds(
             core, train_ds, val_ds, cfg.lr, cfg.batch_size, variant, grid, device, steps_per_epoch
         )
