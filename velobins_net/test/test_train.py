@@ -136,3 +136,14 @@ def test_distributed_data_parallel_two_cpu_processes(tmp_path):
     assert len(vals) == 1  # both ranks hold the same synchronised weights
     ck = read_checkpoint(tmp_path / "out" / "last.pt")
     assert ck["world_size"] == 2
+
+
+def test_resume_under_a_time_budget_keeps_the_elapsed_time_and_the_epoch_cap(tmp_path):
+    seqs, val = [make_flight(1, duration=6.0)], [make_flight(2, duration=3.0)]
+    first = train(_cfg(epochs=3, time_budget=10.0), seqs, val, tmp_path)  # 10 min: the 3-epoch cap binds
+    assert len(first.history) == 3 and first.history[-1].budget_s == 600.0
+    again = train(_cfg(epochs=3, time_budget=10.0, resume=str(first.last_path)), seqs, val, tmp_path)
+    assert [h.epoch for h in again.history] == [0, 1, 2]
+    more = train(_cfg(epochs=5, time_budget=10.0, resume=str(first.last_path)), seqs, val, tmp_path)
+    assert [h.epoch for h in more.history] == [0, 1, 2, 3, 4]
+    assert more.history[-1].elapsed_s > first.history[-1].elapsed_s
