@@ -14,6 +14,7 @@ import torch.nn.functional as F
 
 from velobins_net.bins import BinGrid
 from velobins_net.config import SIGMA_MIN_BIN_FRACTION
+from velobins_net.decoders import RTMOSigmaHead
 from velobins_net.encoder import Encoder
 from velobins_net.labels import _TILT_MAX_ITER, _TILT_TOL
 from velobins_net.model import NetOutput, VeloBinsNet
@@ -56,8 +57,17 @@ def reference_forward(model: VeloBinsNet, x: torch.Tensor, uncertainty: str | No
     """The network module by module, each head on its own, decoded by the paper's sums written out."""
     h = reference_encoder(model.encoder, x)
     source = uncertainty or model.cfg.uncertainty
-    log_sigma = model.cov.linear(h) if model.cov is not None else None
-    sigma2 = None if log_sigma is None else torch.exp(2.0 * log_sigma)
+    raw = model.cov.linear(h) if model.cov is not None else None
+    rtmo_sigma = None
+    if isinstance(model.cov, RTMOSigmaHead):  # M head: RTMO's σ = max(0.1·sigmoid, 1e-3), Laplace b = 2σ·2R
+        assert raw is not None
+        rtmo_sigma = torch.clamp(0.1 * torch.sigmoid(raw), min=1e-3)
+        b = 2.0 * rtmo_sigma * model.cov.span
+        sigma2 = 2.0 * b * b
+        log_sigma = 0.5 * torch.log(sigma2)
+    else:
+        log_sigma = raw
+        sigma2 = None if log_sigma is None else torch.exp(2.0 * log_sigma)
     if model.bins is None:
         assert model.reg is not None and sigma2 is not None
         return NetOutput(model.reg.linear(h), sigma2, None, None, log_sigma)
@@ -75,7 +85,7 @@ def reference_forward(model: VeloBinsNet, x: torch.Tensor, uncertainty: str | No
     else:
         assert sigma2 is not None
         var = sigma2 if source == "C" else bin_var + sigma2
-    return NetOutput(v, var, logits, bin_var, log_sigma)
+    return NetOutput(v, var, logits, bin_var, log_sigma, rtmo_sigma)
 
 
 @torch.no_grad()

@@ -15,6 +15,12 @@ the slowest channel is monotone over the range and the fastest resolves a few bi
 The bin encodings do not depend on the input, so gradient-free calls of the model reuse
 φ(enc(b)) until a parameter changes (:class:`velobins_net.accel.DerivedCache`).
 
+Covariance decoders: the AI-IO regression baseline's log-σ head (:class:`CovarianceHead`,
+σ = exp(log σ), unbounded) and the M variants' σ head (:class:`RTMOSigmaHead`), RTMO's
+(Lu et al. 2024; mmpose ``DCC.sigma_fc``) linear → sigmoid → ×0.1, so σ ∈ [10⁻³, 0.1) is a
+fraction of the bin span 2R, and its Laplace kernel of scale b = 2σ·2R (:func:`laplace_scale`)
+whose variance 2b² is the decoder's reported variance (docs/design.md, "M: RTMO's MLE loss").
+
 The modules here hold the decoders' parameters; :class:`velobins_net.model.VeloBinsNet` applies
 all of them to h as one affine map. The reported variance by uncertainty source (B, C, B+C) is
 :func:`reported_variance`.
@@ -52,6 +58,42 @@ def learnable_sine_encoding(pe: torch.Tensor, gamma: torch.Tensor) -> torch.Tens
     return torch.sin(gamma * pe)
 
 
+RTMO_SIGMA_MAX = 0.1
+"""Upper bound of RTMO's σ: mmpose ``DCC.sigma_fc`` ends in Sigmoid then Scale(0.1)."""
+
+RTMO_SIGMA_MIN = 1e-3
+"""Lower clip of RTMO's σ: mmpose ``DCC.generate_target_heatmap`` uses ``sigmas.clip(min=1e-3)``."""
+
+
+def rtmo_sigma(z: torch.Tensor) -> torch.Tensor:
+    """RTMO's bounded σ = max(0.1 · sigmoid(z), 10⁻³) from the head's raw output z (B, 3).
+
+    RTMO (mmpose ``rtmo_head.py``, ``DCC``) bounds σ with a sigmoid scaled by 0.1 and clips it at
+    10⁻³ where the kernel uses it; the clip is applied here so training and the reported variance
+    see the same σ. σ is dimensionless: a fraction of the normalising length (:func:`laplace_scale`).
+    """
+    return (RTMO_SIGMA_MAX * torch.sigmoid(z)).clamp_min(RTMO_SIGMA_MIN)
+
+
+def laplace_scale(sigma: torch.Tensor, span: float) -> torch.Tensor:
+    """Scale b [m/s] of RTMO's Laplace kernel exp(−|v − b_n| / b): b = 2σ·span.
+
+    RTMO's target heatmap is exp(−d / 2) / σ with d = |t − b_n| / (√area · σ), i.e. a Laplace
+    kernel of scale 2σ·√area; here the normalising length is the bin span 2R (``span``), the
+    range the bins cover as RTMO's bins cover the (padded) instance box.
+    """
+    return 2.0 * span * sigma
+
+
+def laplace_variance(scale: torch.Tensor) -> torch.Tensor:
+    """Variance 2b² of a Laplace kernel of scale b: the M variants' covariance-decoder variance (C).
+
+    With it, B + C = Σ π_n (b_n − v̂)² + 2b² is the exact variance of the mixture Σ π_n Laplace(b_n, b)
+    that RTMO's loss fits (law of total variance).
+    """
+    return 2.0 * scale.square()
+
+
 def covariance_variance(log_sigma: torch.Tensor) -> torch.Tensor:
     """Variance of the covariance decoder, σ² = exp(2 log σ)."""
     return torch.exp(2.0 * log_sigma)
@@ -67,22 +109,22 @@ def check_uncertainty(source: str, has_bins: bool, has_cov: bool) -> None:
         raise ValueError(f"uncertainty {source!r}: this model has no covariance decoder (cov_head)")
 
 
-def reported_variance(source: str, bin_var: torch.Tensor | None, log_sigma: torch.Tensor | None) -> torch.Tensor:
+def reported_variance(source: str, bin_var: torch.Tensor | None, cov_var: torch.Tensor | None) -> torch.Tensor:
     """The variance a model reports for uncertainty source ``B``, ``C`` or ``B+C`` (§V, Table II superscript).
 
-    ``B``: the bin variance (eq:bin_variance); ``C``: the covariance decoder's exp(2 log σ);
+    ``B``: the bin variance (eq:bin_variance); ``C``: the covariance decoder's variance ``cov_var``
+    (:func:`covariance_variance` for the AI-IO head, :func:`laplace_variance` for the M head);
     ``B+C``: their sum.
 
     Raises:
         ValueError: an unknown source, or one the model has no decoder for.
     """
-    check_uncertainty(source, bin_var is not None, log_sigma is not None)
+    check_uncertainty(source, bin_var is not None, cov_var is not None)
     if source == "B":
         assert bin_var is not None
         return bin_var
-    assert log_sigma is not None
-    var = covariance_variance(log_sigma)
-    return var if source == "C" else bin_var + var
+    assert cov_var is not None
+    return cov_var if source == "C" else bin_var + cov_var
 
 
 class BinDecoder(nn.Module):
@@ -115,6 +157,33 @@ class CovarianceHead(nn.Module):
     def __init__(self, d_model: int):
         super().__init__()
         self.linear = nn.Linear(d_model, 3)
+
+
+LEGACY_M_CHECKPOINT = (
+    "an M/M+H model from before RTMO's loss (Gaussian kernel, unbounded log-sigma head, no 'cov.span'); "
+    "its variance head means something else now: retrain it (velobins train --variant M...)"
+)
+"""One-line reason an old M checkpoint is refused (docs/design.md, "M: RTMO's MLE loss")."""
+
+
+class RTMOSigmaHead(nn.Module):
+    """Parameters of the M variants' σ head: h → z (B, 3), σ = :func:`rtmo_sigma` (z) per axis.
+
+    ``span`` (2R, the bin span) is a buffer so the checkpoint carries it: its absence marks a
+    checkpoint of the superseded log-σ M head, which is refused with one line
+    (:data:`LEGACY_M_CHECKPOINT`) instead of being read with another meaning.
+    """
+
+    def __init__(self, d_model: int, velocity_range: float):
+        super().__init__()
+        self.linear = nn.Linear(d_model, 3)
+        self.register_buffer("span", torch.tensor(2.0 * velocity_range))
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing, unexpected, errors):  # type: ignore[no-untyped-def]
+        """Refuse, in one line, a state dict of the superseded M head (no ``span``)."""
+        if prefix + "linear.weight" in state_dict and prefix + "span" not in state_dict:
+            raise RuntimeError(LEGACY_M_CHECKPOINT)
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing, unexpected, errors)
 
 
 class RegressionHead(nn.Module):

@@ -5,13 +5,14 @@ and averaged over the batch.
 
 * Huber on the velocity error (eq:huber, δ = ``HUBER_DELTA``).
 * KL(q‖π) to the error-conditioned labels (eq:kl).
-* ``M``: RTMO-style mixture likelihood. RTMO's MLE loss scores the target under a distribution
-  whose spread is learnt by a separate decoder. Our formulation: the density of the true
-  velocity v under a mixture of Gaussians placed at the bin centres, weighted by the bin
-  probabilities and sharing the covariance decoder's σ,
-      p(v) = Σ_n π_n N(v; b_n, σ²),   L_M = −log p(v)
-  computed stably with log-sum-exp over log π_n − (v − b_n)²/(2σ²) − log σ − ½ log 2π.
-  It trains π (location) and σ (spread) jointly by maximum likelihood.
+* ``M``: RTMO's maximum-likelihood loss (Lu et al. 2024, mmpose ``MLECCLoss`` with the target
+  of ``DCC.generate_target_heatmap``), :func:`rtmo_mle_loss`. Per axis i, the likelihood of the
+  true velocity under the bin mixture with RTMO's Laplace kernel and 1/σ normalisation,
+      p_i = Σ_n π_{i,n} exp(−|v_i − b_n| / b_i) / σ_i,   b_i = 2σ_i·2R,
+  σ_i ∈ [10⁻³, 0.1) from the M head's sigmoid (:func:`velobins_net.decoders.rtmo_sigma`); the
+  axes are RTMO's coordinates of one point, so their likelihoods multiply, with RTMO's floor
+  ε = 10⁻⁴: L_M = −log(Π_i p_i + ε), mean over the batch. Replaces the earlier Gaussian kernel
+  with an unbounded log-σ head (docs/design.md, "M: RTMO's MLE loss").
 * Gaussian NLL for the regression baseline: ½ log 2π + log σ + (v − v̂)²/(2σ²) with σ from the
   log-σ head; AI-IO trains with Huber first and switches to this NLL (see train.py).
 """
@@ -26,11 +27,15 @@ import torch.nn.functional as F
 
 from .bins import BinGrid
 from .config import HUBER_DELTA, LAMBDA_HUBER, LAMBDA_KL
+from .decoders import LEGACY_M_CHECKPOINT, laplace_scale
 from .labels import error_conditioned_labels
 from .model import NetOutput
 from .variants import Variant
 
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
+
+RTMO_LIKELIHOOD_FLOOR = 1e-4
+"""ε of RTMO's ``MLECCLoss`` (mode 'log'): −log(prob + 1e-4), which caps an outlier's loss."""
 
 
 def huber_loss(v_hat: torch.Tensor, v: torch.Tensor, delta: float = HUBER_DELTA) -> torch.Tensor:
@@ -45,13 +50,29 @@ def kl_loss(q: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
     return (q * (log_q - log_pi)).sum(-1).sum(-1).mean()
 
 
-def mixture_nll(logits: torch.Tensor, log_sigma: torch.Tensor, v: torch.Tensor, centres: torch.Tensor) -> torch.Tensor:
-    """−log Σ_n π_n N(v; b_n, σ²) (``M``, see module doc); logits (B, 3, N), log_sigma, v (B, 3)."""
+def rtmo_mle_loss(
+    logits: torch.Tensor, sigma: torch.Tensor, v: torch.Tensor, centres: torch.Tensor, span: float
+) -> torch.Tensor:
+    """RTMO's MLE loss on the bins (``M``, see module doc): −log(Π_i Σ_n π_{i,n} k_{i,n} + ε), batch mean.
+
+    k_{i,n} = exp(−|v_i − b_n| / b_i) / σ_i, b_i = laplace_scale(σ_i, span): RTMO's target heatmap
+    (mmpose ``rtmo_head.py`` ``DCC.generate_target_heatmap``: exp(−d/2)/σ with d = |t − b_n|/(s·σ)),
+    scored against π as ``MLECCLoss`` does ((o * t).sum over bins, product over coordinates).
+    Computed in log space (log-sum-exp over bins, log-add-exp with log ε), so no underflow.
+
+    Args:
+        logits: (B, 3, N) bin logits; π = softmax.
+        sigma: (B, 3) RTMO's σ from the M head, already bounded to [10⁻³, 0.1).
+        v: (B, 3) true velocity [m/s].
+        centres: (N,) bin centres b_n [m/s].
+        span: normalising length s [m/s], the bin span 2R.
+    """
     log_pi = F.log_softmax(logits, dim=-1)
-    inv_var = torch.exp(-2.0 * log_sigma).unsqueeze(-1)
-    log_kernel = -0.5 * (v.unsqueeze(-1) - centres).square() * inv_var
-    log_p = torch.logsumexp(log_pi + log_kernel, dim=-1) - log_sigma - _HALF_LOG_2PI
-    return -log_p.sum(-1).mean()
+    scale = laplace_scale(sigma, span).unsqueeze(-1)
+    log_kernel = -(v.unsqueeze(-1) - centres).abs() / scale - torch.log(sigma).unsqueeze(-1)
+    log_p = torch.logsumexp(log_pi + log_kernel, dim=-1).sum(-1)
+    floor = torch.full_like(log_p, math.log(RTMO_LIKELIHOOD_FLOOR))
+    return -torch.logaddexp(log_p, floor).mean()
 
 
 def gaussian_nll_sum_over_axes(v_hat: torch.Tensor, log_sigma: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -104,7 +125,8 @@ def variant_loss(
             q = label_fn(out.v, v, grid).to(out.logits.dtype)
             terms["kl"] = LAMBDA_KL * kl_loss(q, out.logits)
         if variant.uses_mixture:
-            assert out.log_sigma is not None
-            terms["mle"] = mixture_nll(out.logits, out.log_sigma, v, centres)
+            if out.rtmo_sigma is None:
+                raise ValueError(f"variant {variant.name}: the model has no RTMO sigma head ({LEGACY_M_CHECKPOINT})")
+            terms["mle"] = rtmo_mle_loss(out.logits, out.rtmo_sigma, v, centres, 2.0 * grid.velocity_range)
     total = torch.stack(list(terms.values())).sum()
     return total, {k: float(t.detach()) for k, t in terms.items()}

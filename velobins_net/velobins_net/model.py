@@ -5,7 +5,8 @@ training and inference: the encoder (:mod:`velobins_net.encoder`) gives the last
 then every head's linear map runs on h as ONE affine map (:func:`heads`): the per-axis bin
 queries θ_i(h), scored against the bin features and decoded (eq:softmax, eq:decode,
 eq:bin_variance: :func:`velobins_net.bins.decode_queries`), the regression velocity, and the
-covariance decoder's log σ.
+covariance decoder: the AI-IO head's log σ, or for M variants RTMO's bounded σ
+(:func:`velobins_net.decoders.rtmo_sigma`) with its Laplace kernel's variance 2b².
 
 The reported variance ``var`` depends on the uncertainty source (§V, Table II superscript), an
 inference-time choice: ``B`` the bin variance, ``C`` the covariance decoder exp(2 log σ), ``B+C``
@@ -25,7 +26,17 @@ from torch import nn
 from . import accel
 from .bins import decode, decode_queries
 from .config import ModelConfig
-from .decoders import BinDecoder, CovarianceHead, RegressionHead, reported_variance
+from .decoders import (
+    BinDecoder,
+    CovarianceHead,
+    RegressionHead,
+    RTMOSigmaHead,
+    covariance_variance,
+    laplace_scale,
+    laplace_variance,
+    reported_variance,
+    rtmo_sigma,
+)
 from .encoder import Encoder
 
 
@@ -37,7 +48,11 @@ class NetOutput(NamedTuple):
         var: (B, 3) reported variance [m²/s²] (per the uncertainty source).
         logits: (B, 3, N) bin logits, or None for the regression head.
         bin_var: (B, 3) bin variance (eq:bin_variance), or None for the regression head.
-        log_sigma: (B, 3) covariance-decoder log σ, or None when there is no covariance decoder.
+        log_sigma: (B, 3) log of the covariance decoder's standard deviation (its variance is
+            exp(2 log σ)), or None when there is no covariance decoder. For the M head this is
+            log √2·b of its Laplace kernel.
+        rtmo_sigma: (B, 3) RTMO's bounded σ ∈ [10⁻³, 0.1) of the M variants' head (the loss's
+            input, :func:`velobins_net.losses.rtmo_mle_loss`), or None for other heads.
     """
 
     v: torch.Tensor
@@ -45,6 +60,7 @@ class NetOutput(NamedTuple):
     logits: torch.Tensor | None
     bin_var: torch.Tensor | None
     log_sigma: torch.Tensor | None
+    rtmo_sigma: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -62,7 +78,9 @@ class HeadWeights:
         bin_cols: columns of the bin block (3D, 3N for ``direct``, 0 without bins).
         features_t: (D, N) transposed bin features φ(enc(b)), or None (``direct`` / no bins).
         centres: (N,) bin centres, or None.
-        has_log_sigma: a covariance (log σ) block comes last.
+        has_log_sigma: a covariance block (3 columns) comes last.
+        sigma_span: None: that block is the AI-IO head's log σ; else the M head's raw z
+            (σ = rtmo_sigma(z)) and this is the bin span 2R of its Laplace scale.
     """
 
     weight_t: torch.Tensor
@@ -72,14 +90,32 @@ class HeadWeights:
     features_t: torch.Tensor | None
     centres: torch.Tensor | None
     has_log_sigma: bool
+    sigma_span: torch.Tensor | None = None
+
+
+def covariance_block(
+    cov: torch.Tensor | None, span: torch.Tensor | None
+) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
+    """The covariance decoder's raw block (B, 3) → (variance, log σ, RTMO σ); all None without one.
+
+    AI-IO head (``span`` None): the block is log σ, variance exp(2 log σ). M head: σ = rtmo_sigma(block),
+    Laplace scale b = laplace_scale(σ, span), variance 2b², log σ = ½ log 2b² (docs/design.md).
+    """
+    if cov is None:
+        return None, None, None
+    if span is None:
+        return covariance_variance(cov), cov, None
+    sigma = rtmo_sigma(cov)
+    var = laplace_variance(laplace_scale(sigma, span))
+    return var, 0.5 * torch.log(var), sigma
 
 
 def heads(h: torch.Tensor, w: HeadWeights, uncertainty: str) -> NetOutput:
     """h (B, D_h) → :class:`NetOutput`, the reported variance from source ``uncertainty`` (B, C or B+C)."""
     out = torch.addmm(w.bias, h, w.weight_t)
-    log_sigma = out[:, -3:] if w.has_log_sigma else None
+    cov_var, log_sigma, sigma = covariance_block(out[:, -3:] if w.has_log_sigma else None, w.sigma_span)
     if w.num_bins == 0:  # regression baseline: velocity and log σ
-        return NetOutput(out[:, :3], reported_variance(uncertainty, None, log_sigma), None, None, log_sigma)
+        return NetOutput(out[:, :3], reported_variance(uncertainty, None, cov_var), None, None, log_sigma)
     assert w.centres is not None
     if w.features_t is None:  # direct encoding: the bin block holds the logits themselves
         logits = out[:, : w.bin_cols].reshape(-1, 3, w.num_bins)
@@ -87,7 +123,7 @@ def heads(h: torch.Tensor, w: HeadWeights, uncertainty: str) -> NetOutput:
     else:
         queries = out[:, : w.bin_cols].reshape(-1, 3, w.features_t.shape[0])
         logits, v, bin_var = decode_queries(queries, w.features_t, w.centres)
-    return NetOutput(v, reported_variance(uncertainty, bin_var, log_sigma), logits, bin_var, log_sigma)
+    return NetOutput(v, reported_variance(uncertainty, bin_var, cov_var), logits, bin_var, log_sigma, sigma)
 
 
 class VeloBinsNet(nn.Module):
@@ -99,8 +135,13 @@ class VeloBinsNet(nn.Module):
         self.encoder = Encoder(cfg)
         self.bins: BinDecoder | None = BinDecoder(cfg) if cfg.head == "bins" else None
         self.reg: RegressionHead | None = RegressionHead(cfg.d_model) if cfg.head == "reg" else None
-        need_cov = cfg.head == "reg" or cfg.cov_head
-        self.cov: CovarianceHead | None = CovarianceHead(cfg.d_model) if need_cov else None
+        # The covariance decoder: AI-IO's log-σ head for the baseline; beside the bins only M
+        # variants have one (cov_head), and theirs is RTMO's bounded σ head.
+        self.cov: CovarianceHead | RTMOSigmaHead | None = None
+        if cfg.head == "reg":
+            self.cov = CovarianceHead(cfg.d_model)
+        elif cfg.cov_head:
+            self.cov = RTMOSigmaHead(cfg.d_model, cfg.velocity_range)
         self._cache: accel.DerivedCache[HeadWeights] = accel.DerivedCache()
 
     def forward(self, x: torch.Tensor, uncertainty: str | None = None) -> NetOutput:
@@ -135,8 +176,9 @@ class VeloBinsNet(nn.Module):
             if head is not None:
                 weights.append(head.linear.weight.t())
                 biases.append(head.linear.bias)
+        span = self.cov.span if isinstance(self.cov, RTMOSigmaHead) else None
         return HeadWeights(
-            torch.cat(weights, dim=1), torch.cat(biases), n, bin_cols, features_t, centres, self.cov is not None
+            torch.cat(weights, dim=1), torch.cat(biases), n, bin_cols, features_t, centres, self.cov is not None, span
         )
 
     def invalidate_cache(self) -> None:
