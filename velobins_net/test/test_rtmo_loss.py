@@ -184,6 +184,15 @@ def test_new_m_checkpoint_loads_and_old_one_is_refused_in_one_line(tmp_path):
     assert res.returncode == 2, res.stderr
     assert "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
     assert "before RTMO's loss" in res.stderr
+    with pytest.raises(ValueError, match="before RTMO's loss"):  # resume: the CLI's one-line user error
+        train(
+            TrainConfig(
+                model=ModelConfig(num_bins=16), variant="M^B", epochs=2, stride=20, progress=False, resume=str(old)
+            ),
+            [make_flight(1, duration=3.0)],
+            [make_flight(2, duration=2.0)],
+            tmp_path / "run",
+        )
 
 
 def test_variant_loss_refuses_a_model_without_the_rtmo_head():

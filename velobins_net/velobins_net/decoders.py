@@ -166,6 +166,11 @@ LEGACY_M_CHECKPOINT = (
 """One-line reason an old M checkpoint is refused (docs/design.md, "M: RTMO's MLE loss")."""
 
 
+class LegacyMCheckpointError(RuntimeError, ValueError):
+    """An old M state dict: a RuntimeError as ``load_state_dict`` raises (checkpoint loading wraps it
+    into a CheckpointError) and a ValueError, the suite's user error (one line, exit 2, e.g. on resume)."""
+
+
 class RTMOSigmaHead(nn.Module):
     """Parameters of the M variants' σ head: h → z (B, 3), σ = :func:`rtmo_sigma` (z) per axis.
 
@@ -182,7 +187,7 @@ class RTMOSigmaHead(nn.Module):
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing, unexpected, errors):  # type: ignore[no-untyped-def]
         """Refuse, in one line, a state dict of the superseded M head (no ``span``)."""
         if prefix + "linear.weight" in state_dict and prefix + "span" not in state_dict:
-            raise RuntimeError(LEGACY_M_CHECKPOINT)
+            raise LegacyMCheckpointError(LEGACY_M_CHECKPOINT)
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing, unexpected, errors)
 
 
