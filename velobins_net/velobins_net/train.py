@@ -142,7 +142,11 @@ class TrainConfig:
 
 @dataclass
 class EpochRecord:
-    """One epoch's figures, and the schedule it ran under (lr and λ_KL multiplier at its last step)."""
+    """One epoch's figures, and the schedule it ran under (lr and λ_KL multiplier at its last step).
+
+    ``elapsed_s`` is wall time since the start of the run (the budget's clock); ``cpu_s`` is this
+    process's CPU time since the start of this call, which says how much of a shared machine it got.
+    """
 
     epoch: int
     train_loss: float
@@ -156,6 +160,7 @@ class EpochRecord:
     elapsed_s: float = math.nan
     planned_epochs: int = 0
     budget_s: float | None = None
+    cpu_s: float = math.nan
 
 
 @dataclass
@@ -256,7 +261,7 @@ def train(
     """
     import time
 
-    t_start = time.perf_counter()
+    t_start, cpu_start = time.perf_counter(), time.process_time()
     variant = parse_variant(cfg.variant)
     out_dir = Path(out_dir)
     device_kind = "cuda" if (cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available())) else "cpu"
@@ -382,6 +387,7 @@ def train(
             elapsed,
             planned,
             budget_s,
+            time.process_time() - cpu_start,  # this process's CPU time: what it got of a shared machine
         )
         history.append(rec)
         if dd.is_main:

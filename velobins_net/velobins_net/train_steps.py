@@ -130,7 +130,8 @@ def train_epoch(
     """One pass over ``batches``: (mean training loss, batches done). ``model`` may be the DDP wrapper of ``core``.
 
     ``schedule(i)`` gives the (LR, λ_KL multiplier) of the epoch's i-th step (None: the optimiser's
-    LR and weight 1); the pass stops early once ``time.perf_counter()`` passes ``deadline``.
+    LR and weight 1); the pass stops early once ``time.perf_counter()`` passes ``deadline``
+    (after one step at least, so even a run whose set-up used up the budget ends with a trained checkpoint).
     """
     import time
 
@@ -138,7 +139,7 @@ def train_epoch(
     centres = core.bins.centres if core.bins is not None else torch.empty(0, device=device)
     total, done = 0.0, 0
     for i, idx in enumerate(batches):
-        if deadline is not None and time.perf_counter() > deadline:
+        if deadline is not None and done > 0 and time.perf_counter() > deadline:
             break
         kl_w = 1.0
         if schedule is not None:
