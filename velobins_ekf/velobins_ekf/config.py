@@ -65,6 +65,12 @@ class EkfConfig:
     max_pending: int = param(100, min=1, max=100000)
     """Velocity measurements waiting for IMU to reach their stamp, at most; beyond it the oldest is
     dropped and counted. Typical 100."""
+    max_clones: int = param(25, min=1, max=1000)
+    """Cloned past poses kept for displacement measurements (TLIO, EqNIO, IMO), at most; beyond it the
+    oldest is marginalised and counted. Typical 25 (1 s windows at 20 Hz plus latency)."""
+    displacement_yaw_frame: bool = param(True)
+    """Displacement measurements are expressed in the gravity-aligned yaw frame of the window start
+    (TLIO's local frame, ``R_z(ψ_s)ᵀ (p_e − p_s)``); false: in the world frame (``p_e − p_s``)."""
     init_yaw: float = param(0.0, min=-2 * math.pi, max=2 * math.pi)
     """Yaw [rad] given to a self-initialised filter (yaw is unobservable from gravity). Typical 0."""
     init_window: float = param(0.2, min=0.01, max=10.0)

@@ -4,7 +4,10 @@ The filter core, :class:`ErrorStateEkf`, holds the nominal state (:mod:`velobins
 the 15x15 error-state covariance, and applies the two steps whose formulas live in one module
 each: IMU propagation (:mod:`velobins_ekf.propagation`: the integration scheme, ``F``, ``G``, ``Q``)
 and the velocity update (:mod:`velobins_ekf.update`: ``H``, Joseph form, injection and reset).
-It adds the bookkeeping: deferred propagation, symmetrisation and a PD guard.
+It adds the bookkeeping: deferred propagation, symmetrisation and a PD guard. For displacement
+methods (TLIO, EqNIO, IMO) it also keeps cloned past poses (:mod:`velobins_ekf.clone`) and fuses
+the displacement between a clone and the current pose (:mod:`velobins_ekf.displacement`); without
+clones every step is the 15-D filter's, operation for operation.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ import math
 
 import numpy as np
 
+from velobins_ekf import clone as cl
+from velobins_ekf import displacement as disp
 from velobins_ekf.config import EkfConfig
 from velobins_ekf.propagation import (
     Interval,
@@ -27,10 +32,12 @@ from velobins_ekf.propagation import (
 from velobins_ekf.so3 import orthonormalise
 from velobins_ekf.state import BA, BG, DIM, POS, ROT, VEL, NavState, initial_covariance
 from velobins_ekf.update import (
+    Innovation,
     UpdateResult,
     body_velocity_covariance,
     inject,
     innovation,
+    kalman_innovation,
     measurement_jacobian,
     updated_covariance,
 )
@@ -41,6 +48,13 @@ _SYMMETRISE_EVERY = 256  # propagations between symmetrising P and re-orthonorma
 _PD_FLOOR = 1e-15  # smallest eigenvalue kept by the PD guard (relative to the largest)
 _BATCH_MIN = 8  # queued intervals from which one block is faster than one interval at a time
 _QUEUE_MAX = 256  # queued intervals that force a flush (bounds memory between reads)
+
+
+def clip_to_pd(p: np.ndarray) -> np.ndarray:
+    """``p`` with its eigenvalues clipped to a small floor relative to the largest (PD guard)."""
+    w, v = np.linalg.eigh(p)
+    floor = max(float(w.max()), 1e-30) * _PD_FLOOR
+    return (v * np.maximum(w, floor)) @ v.T
 
 
 class ErrorStateEkf:
@@ -75,6 +89,7 @@ class ErrorStateEkf:
         self._one = Transition()  # the one-interval covariance step reuses its buffers
         self._sink: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # pose rows: pos, rot, vel
         self._marks: list[tuple[int, int]] = []  # (queued intervals before the mark, sink row)
+        self._clones = cl.CloneSet()  # cloned past poses (displacement measurements), none by default
         if state is not None:
             self.reset(state, cov)
 
@@ -111,6 +126,7 @@ class ErrorStateEkf:
         self._lin_count = 0
         self._state = s
         self._cov = 0.5 * (c + c.T)
+        self._clones = cl.CloneSet()
 
     # ------------------------------------------------------------------ propagation
     def propagate(self, dt: float, acc: np.ndarray, gyro: np.ndarray) -> None:
@@ -196,12 +212,14 @@ class ErrorStateEkf:
                 np.matmul(f, cov, out=tmp)
                 np.matmul(tmp, self._one.transpose, out=cov)
                 cov += q
+                cl.propagate_cross(self._clones, f)
         else:
             f, q = transition_and_noise(concatenate(lin), self.config)
             phi, q_sum = compose(f, q)
             np.matmul(phi, cov, out=tmp)
             np.matmul(tmp, phi.T, out=cov)
             cov += q_sum
+            cl.propagate_cross(self._clones, phi)
             f, q = f[-1], q[-1]
         self._last_f, self._last_q = f, q
         before = self._cov_count
@@ -249,6 +267,12 @@ class ErrorStateEkf:
         """:meth:`update_velocity` for inputs already validated by the caller: (3,) finite ``z``
         and symmetric positive definite (3, 3) ``r`` (the streaming wrapper checks both)."""
         st, p = self.state, self.cov
+        if len(self._clones):  # the clones are correlated with the state: the update moves them too
+            h_jac = measurement_jacobian(st)
+            h = np.zeros((3, p.shape[0] + cl.CLONE_DIM * len(self._clones)))
+            h[:, :DIM] = h_jac
+            accepted, inn = self._update_augmented(h, z - st.rot.T @ st.vel, r)
+            return self._result(stamp, accepted, inn.y, inn.s, inn.nis)
         inn = innovation(st, p, z, r)
         if self.config.gate_enabled and inn.nis > self.config.gate_threshold:
             return self._result(stamp, False, inn.y, inn.s, inn.nis)
@@ -258,6 +282,83 @@ class ErrorStateEkf:
         self._symmetrise()
         self._ensure_pd()
         return self._result(stamp, True, inn.y, inn.s, inn.nis)
+
+    # ------------------------------------------------------------------ clones and displacement
+    @property
+    def clones(self) -> cl.CloneSet:
+        """The cloned past poses and their covariance blocks (live object; :meth:`set_clones` to replace)."""
+        self.flush()
+        return self._clones
+
+    def set_clones(self, clones: cl.CloneSet) -> None:
+        """Replace the clones (a copy is kept), e.g. with a snapshot's after :meth:`reset`."""
+        self.flush()
+        self._clones = clones.copy()
+
+    def clone_pose(self, t: float) -> bool:
+        """Clone the current pose as the pose at stamp ``t`` (:func:`~velobins_ekf.clone.augment`).
+
+        At most ``config.max_clones`` are kept: beyond, the oldest is marginalised first and True
+        is returned (the caller counts it).
+        """
+        self.flush()
+        dropped = len(self._clones) >= self.config.max_clones
+        if dropped:
+            cl.marginalise(self._clones, 0)
+        cl.augment(self.state, self._cov, self._clones, t)
+        return dropped
+
+    def drop_clone(self, t: float) -> None:
+        """Marginalise the clone stamped ``t`` (no-op when there is none)."""
+        i = self._clones.index(t)
+        if i >= 0:
+            self.flush()
+            cl.marginalise(self._clones, i)
+
+    def update_displacement(
+        self, t_start: float, z: np.ndarray, meas_cov: np.ndarray, stamp: float = math.nan
+    ) -> disp.DisplacementResult:
+        """Fuse a displacement ``z`` (3,) [m] from the clone stamped ``t_start`` to the current
+        pose, with covariance ``meas_cov`` (3, 3) (frame: ``config.displacement_yaw_frame``, see
+        :mod:`velobins_ekf.displacement`). Raises ``ValueError`` when no clone has that stamp.
+
+        Inputs are taken as validated (finite, ``meas_cov`` symmetric positive definite): the
+        streaming wrapper checks them. Refused (``accepted`` False, nothing changed) by the χ² gate
+        when it is on, or when the clone's pitch is at ±90° in the yaw frame.
+        """
+        i = self._clones.index(t_start)
+        if i < 0:
+            raise ValueError(f"update_displacement: no clone at t_start={t_start!r}")
+        st, yaw = self.state, self.config.displacement_yaw_frame
+        clones = self.clones
+        y = np.asarray(z, dtype=np.float64) - disp.predict(st, clones, i, yaw)
+        accepted, s, nis = False, np.full((3, 3), np.nan), math.nan
+        if not yaw or disp.yaw_frame_defined(clones.rot[i]):
+            accepted, inn = self._update_augmented(disp.jacobian(st, clones, i, yaw), y, r=meas_cov)
+            s, nis = inn.s, inn.nis
+        return disp.DisplacementResult(float(stamp), float(t_start), accepted, y, s, nis, st.pos.copy(), st.rot.copy())
+
+    def _update_augmented(self, h: np.ndarray, y: np.ndarray, r: np.ndarray) -> tuple[bool, Innovation]:
+        """Kalman update of ``[δx, δc]`` with Jacobian ``h`` (m x (15 + 6N)) and innovation ``y``:
+        the velocity update's gain and Joseph form (:mod:`velobins_ekf.update`) on the full
+        covariance, then injection into the state and the clones, with their resets."""
+        p = cl.assemble(self.cov, self._clones)
+        pht = p @ h.T
+        inn = kalman_innovation(y, pht, h @ pht, r, h)
+        if self.config.gate_enabled and inn.nis > self.config.gate_threshold:
+            return False, inn
+        p_new = updated_covariance(p, inn, r)
+        dx = inn.gain @ y
+        inject(self._state, dx[:DIM], p_new)
+        cl.inject_clones(self._clones, dx[DIM:], p_new)
+        p_new = 0.5 * (p_new + p_new.T)
+        try:
+            np.linalg.cholesky(p_new)
+        except np.linalg.LinAlgError:
+            p_new = clip_to_pd(p_new)
+            p_new = 0.5 * (p_new + p_new.T)
+        cl.split(p_new, self._cov, self._clones)
+        return True, inn
 
     def _result(self, stamp: float, accepted: bool, y: np.ndarray, s: np.ndarray, nis: float) -> UpdateResult:
         st, p = self.state, self.cov
@@ -286,9 +387,7 @@ class ErrorStateEkf:
         try:
             np.linalg.cholesky(self.cov)
         except np.linalg.LinAlgError:
-            w, v = np.linalg.eigh(self.cov)
-            floor = max(float(w.max()), 1e-30) * _PD_FLOOR
-            self.cov[...] = (v * np.maximum(w, floor)) @ v.T
+            self.cov[...] = clip_to_pd(self.cov)
             self._symmetrise()
 
     # ------------------------------------------------------------------ outputs

@@ -7,11 +7,12 @@ the ROS node would feed them, so offline numbers are the numbers the node produc
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from velobins_ekf.config import EkfConfig
+from velobins_ekf.displacement import DisplacementResult
 from velobins_ekf.ekf import NavState, UpdateResult
 from velobins_ekf.runner import FilterStats, VelocityEkf
 
@@ -41,6 +42,25 @@ class OfflineResult:
     """Smallest eigenvalue of P over the recorded rows (``check_covariance`` only)."""
     max_asymmetry: float = float("nan")
     """Largest ``|P − Pᵀ|`` entry over the recorded rows (``check_covariance`` only)."""
+    displacement_updates: list[DisplacementResult] = field(default_factory=list)
+    """Per-displacement-update diagnostics (empty without displacements or ``keep_updates``)."""
+
+
+def _displacement_events(displacements) -> list[tuple[float, int, tuple]]:
+    """``(t_start, t_end, dz, cov)`` arrays -> the events to feed, by stamp: a clone request at
+    each distinct ``t_start`` (so no clone needs re-propagation) and each displacement at ``t_end``."""
+    t_start, t_end, dz, cov = (np.asarray(a, dtype=np.float64) for a in displacements)
+    if cov.ndim == 2:
+        cov = np.einsum("mi,ij->mij", cov, np.eye(3))
+    n = t_start.size
+    if t_end.shape != (n,) or dz.shape != (n, 3) or cov.shape != (n, 3, 3):
+        raise ValueError(
+            f"run_offline: displacements must be (M,), (M,), (M, 3), (M, 3, 3) or (M, 3); got "
+            f"{t_start.shape}, {t_end.shape}, {dz.shape}, {cov.shape}"
+        )
+    clones = [(float(t), 0, (float(t),)) for t in np.unique(t_start)]
+    meas = [(float(t_end[m]), 1, (float(t_start[m]), float(t_end[m]), dz[m], cov[m])) for m in range(n)]
+    return sorted(clones + meas, key=lambda e: (e[0], e[1]))
 
 
 def run_offline(
@@ -57,6 +77,7 @@ def run_offline(
     keep_updates: bool = True,
     check_covariance: bool = False,
     record_covariance: bool = False,
+    displacements: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None,
 ) -> OfflineResult:
     """Filter a whole flight.
 
@@ -73,6 +94,10 @@ def run_offline(
             at every IMU sample makes the filter step the covariance one interval at a time
             (several times slower than the blocks it takes between updates, see
             :class:`~velobins_ekf.ekf.ErrorStateEkf`).
+        displacements: ``(t_start, t_end, dz, cov)``, (D,), (D,), (D, 3), (D, 3, 3) or (D, 3): the
+            displacement stream of TLIO-style methods (frame: ``config.displacement_yaw_frame``),
+            fused with clones (:meth:`VelocityEkf.add_displacement`); see
+            :func:`run_offline_displacement`.
     """
     t_imu = np.asarray(t_imu, dtype=np.float64)
     acc = np.asarray(acc, dtype=np.float64)
@@ -102,6 +127,8 @@ def run_offline(
     out_c = np.empty((n_out, 15)) if record_covariance else None
     filt.record_poses(out_p, out_r, out_v)
     order = np.argsort(t_meas, kind="stable")
+    events = _displacement_events(displacements) if displacements is not None else []
+    d = 0
     j = 0
     k = 0
     acc_l = acc.tolist()
@@ -112,6 +139,9 @@ def run_offline(
             m = order[j]
             filt.add_velocity(float(t_meas[m]), z_meas[m], cov_meas[m])
             j += 1
+        while d < len(events) and events[d][0] <= ti:
+            _feed(filt, events[d])
+            d += 1
         filt.add_imu(ti, acc_l[i], gyro_l[i])
         if i % output_stride == 0:
             out_t[k] = ti
@@ -127,6 +157,8 @@ def run_offline(
         m = order[j]
         filt.add_velocity(float(t_meas[m]), z_meas[m], cov_meas[m])
         j += 1
+    for event in events[d:]:
+        _feed(filt, event)
     final_state = filt.state  # reading the state also writes the rows still marked
     return OfflineResult(
         t=out_t,
@@ -140,4 +172,30 @@ def run_offline(
         final_cov=filt.covariance,
         min_eigenvalue=min_eig if check_covariance else float("nan"),
         max_asymmetry=max_asym if check_covariance else float("nan"),
+        displacement_updates=filt.displacement_updates,
     )
+
+
+def _feed(filt: VelocityEkf, event: tuple[float, int, tuple]) -> None:
+    """Give the filter one event of :func:`_displacement_events`."""
+    if event[1] == 0:
+        filt.request_clone(*event[2])
+    else:
+        filt.add_displacement(*event[2])
+
+
+def run_offline_displacement(
+    t_imu: np.ndarray,
+    acc: np.ndarray,
+    gyro: np.ndarray,
+    t_start: np.ndarray,
+    t_end: np.ndarray,
+    dz: np.ndarray,
+    cov: np.ndarray,
+    **kwargs,
+) -> OfflineResult:
+    """Filter a whole flight with a displacement method (TLIO, EqNIO, IMO): IMU + displacements
+    ``dz`` (D, 3) [m] over ``[t_start, t_end]`` with covariances ``cov`` (D, 3, 3) or variances
+    (D, 3) [m²], and no velocity stream. ``kwargs`` are :func:`run_offline`'s."""
+    none = np.zeros((0, 3))
+    return run_offline(t_imu, acc, gyro, none[:, 0], none, none, displacements=(t_start, t_end, dz, cov), **kwargs)

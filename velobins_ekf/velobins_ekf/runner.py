@@ -10,6 +10,11 @@
   stamp: the filter restores the newest snapshot at or before the stamp and re-propagates the
   stored IMU samples, re-applying the later measurements too, so the result equals in-order
   processing. Older than ``history_length`` → dropped and counted;
+* a displacement over ``[t_s, t_e]`` (TLIO, EqNIO, IMO) is fused at ``t_e`` against a clone of the
+  pose at ``t_s`` (:mod:`velobins_ekf.clone`). Clones are events like measurements: asked for ahead
+  (:meth:`VelocityEkf.request_clone`) or, when a displacement arrives without one, created at
+  ``t_s`` by the same re-propagation (``history_length`` must then cover window + latency). A clone
+  is marginalised once the displacements that start at it are fused;
 * non-finite inputs, non-increasing IMU stamps, duplicate measurement stamps and invalid
   covariances are rejected and counted in :class:`FilterStats`; nothing non-finite reaches the core.
 
@@ -23,64 +28,15 @@ from __future__ import annotations
 import bisect
 import math
 from collections import deque
-from dataclasses import dataclass, field, fields
+from dataclasses import fields
 
 import numpy as np
 
 from velobins_ekf.config import EkfConfig
+from velobins_ekf.displacement import DisplacementResult
 from velobins_ekf.ekf import ErrorStateEkf, NavState, UpdateResult
+from velobins_ekf.events import CLONE, DISPLACEMENT, VELOCITY, Event, FilterStats, Sample, Snapshot, is_spd
 from velobins_ekf.initial_state import state_from_alignment
-
-Sample = tuple[float, float, float, float, float, float]
-"""IMU sample values ``(ax, ay, az, gx, gy, gz)`` as plain floats."""
-
-
-@dataclass
-class FilterStats:
-    """What the wrapper did with its inputs (all counters; rejected inputs never reach the core)."""
-
-    imu_used: int = 0
-    """IMU samples accepted (propagated or buffered for alignment)."""
-    imu_nonfinite: int = 0
-    """IMU samples with a NaN/inf stamp or value, dropped."""
-    imu_out_of_order: int = 0
-    """IMU samples stamped before the previous sample (dt < 0), dropped."""
-    imu_duplicate: int = 0
-    """IMU samples with the previous sample's stamp (dt == 0), dropped."""
-    meas_applied: int = 0
-    """Velocity measurements fused (in order or late)."""
-    meas_late: int = 0
-    """Of those, measurements older than the state, applied by re-propagation."""
-    meas_gated: int = 0
-    """Measurements rejected by the χ² gate (only when gating is on)."""
-    meas_nonfinite: int = 0
-    """Measurements with a NaN/inf stamp, value or covariance, dropped."""
-    meas_bad_covariance: int = 0
-    """Measurements whose covariance is not 3x3 symmetric positive definite, dropped."""
-    meas_duplicate: int = 0
-    """Measurements with the stamp of one already received, dropped."""
-    meas_too_old: int = 0
-    """Measurements older than the stored history, dropped."""
-    meas_pending_overflow: int = 0
-    """Measurements ahead of the IMU stream dropped because more than ``max_pending`` waited."""
-    meas_before_init: int = 0
-    """Measurements received before the filter could initialise, dropped."""
-
-
-@dataclass(order=True)
-class _Measurement:
-    t: float
-    z: np.ndarray = field(compare=False)
-    cov: np.ndarray = field(compare=False)
-    counted: bool = field(default=False, compare=False)
-
-
-@dataclass
-class _Snapshot:
-    t: float
-    state: NavState
-    cov: np.ndarray
-    sample: Sample | None
 
 
 class VelocityEkf:
@@ -98,13 +54,14 @@ class VelocityEkf:
         self.stats = FilterStats()
         self.keep_updates = keep_updates
         self.updates: list[UpdateResult] = []
+        self.displacement_updates: list[DisplacementResult] = []
         self._t: float | None = None  # time of the filter state
         self._sample: Sample | None = None  # IMU value at the state time
         self._last_imu_t: float | None = None
         self._imu: deque[tuple[float, Sample]] = deque()
-        self._pending: list[_Measurement] = []
-        self._applied: deque[_Measurement] = deque()
-        self._snaps: deque[_Snapshot] = deque()
+        self._pending: list[Event] = []
+        self._applied: deque[Event] = deque()
+        self._snaps: deque[Snapshot] = deque()
         self._last_snap_t = -math.inf
         self._init_buf: deque[tuple[float, Sample]] = deque()
 
@@ -185,6 +142,8 @@ class VelocityEkf:
             return True
         if t <= self._t:  # before the (explicit) initial stamp: best value at the state time so far
             self._sample = s
+            if self._snaps and self._snaps[-1].t == self._t:  # a replay from there starts with it too
+                self._snaps[-1].sample = s
             return True
         self._imu.append((t, s))
         self._advance(t, s)
@@ -206,10 +165,10 @@ class VelocityEkf:
         if not (math.isfinite(t) and np.all(np.isfinite(z)) and np.all(np.isfinite(r))):
             self.stats.meas_nonfinite += 1
             return False
-        if r.shape != (3, 3) or not _is_spd(r):
+        if r.shape != (3, 3) or not is_spd(r):
             self.stats.meas_bad_covariance += 1
             return False
-        m = _Measurement(t, z, 0.5 * (r + r.T))
+        m = Event(t, z, 0.5 * (r + r.T))
         if self._t is None:
             return self._try_align(m)
         if self._is_duplicate(t):
@@ -225,6 +184,40 @@ class VelocityEkf:
             self._apply(m)
             return True
         return self._apply_late(m)
+
+    def request_clone(self, t: float) -> bool:
+        """Clone the pose at stamp ``t`` (a displacement window's start), now or when the IMU
+        reaches ``t``; a past ``t`` re-propagates. False when older than the history (counted in
+        ``disp_too_old``) or before initialisation; True when that clone is already asked for."""
+        if self._t is None or not math.isfinite(t) or self._event_at(float(t), CLONE) is not None:
+            return self._t is not None and math.isfinite(t)
+        return self._schedule([Event(float(t), None, None, kind=CLONE)])  # type: ignore[arg-type]
+
+    def add_displacement(self, t_start: float, t_end: float, dz: np.ndarray, cov: np.ndarray) -> bool:
+        """Feed a displacement ``dz`` (3,) [m] over ``[t_start, t_end]`` with covariance (3, 3) [m²]
+        (frame: ``config.displacement_yaw_frame``). Fused at ``t_end`` against the clone at
+        ``t_start``, which is made if missing. Returns False (and counts why) when dropped."""
+        try:
+            z, r = np.array(dz, dtype=np.float64).reshape(3), np.array(cov, dtype=np.float64)
+            ts, te = float(t_start), float(t_end)
+        except (TypeError, ValueError):
+            self.stats.disp_invalid += 1
+            return False
+        ok = math.isfinite(ts + te) and ts < te and np.all(np.isfinite(z)) and np.all(np.isfinite(r))
+        if not (ok and r.shape == (3, 3) and is_spd(r) and self._t is not None):
+            self.stats.disp_invalid += 1
+            return False
+        if any(e.kind == DISPLACEMENT and e.t == te and e.t_start == ts for e in (*self._pending, *self._applied)):
+            self.stats.disp_invalid += 1
+            return False
+        events = [Event(te, z, 0.5 * (r + r.T), kind=DISPLACEMENT, t_start=ts)]
+        replay_from = None
+        if self.ekf.clones.index(ts) < 0 and self._event_at(ts, CLONE, self._pending) is None:
+            if self._event_at(ts, CLONE) is None:
+                events.append(Event(ts, None, None, kind=CLONE))  # type: ignore[arg-type]
+            else:  # made and already marginalised: made again by re-propagation from before ts
+                replay_from = Event(ts, None, None, kind=CLONE)  # type: ignore[arg-type]
+        return self._schedule(events, replay_from)
 
     @property
     def state(self) -> NavState:
@@ -341,7 +334,10 @@ class VelocityEkf:
             self._t = t
         self._sample = s
 
-    def _apply(self, m: _Measurement) -> None:
+    def _apply(self, m: Event) -> None:
+        if m.kind != VELOCITY:
+            self._apply_event(m)
+            return
         res = self.ekf.update_velocity_unchecked(m.z, m.cov, stamp=m.t)
         if not m.counted:
             m.counted = True
@@ -354,21 +350,68 @@ class VelocityEkf:
         self._applied.append(m)
         self._take_snapshot()
 
-    def _apply_late(self, m: _Measurement) -> bool:
+    def _apply_event(self, m: Event) -> None:
+        """Apply a clone or displacement event (see :meth:`_apply` for velocity)."""
+        if m.kind == CLONE:
+            self.stats.clones_dropped += self.ekf.clone_pose(m.t)
+        elif self.ekf.clones.index(m.t_start) < 0:  # its clone was marginalised (max_clones)
+            self.stats.disp_too_old += not m.counted
+            m.counted = True
+        else:
+            res = self.ekf.update_displacement(m.t_start, m.z, m.cov, stamp=m.t)
+            if not m.counted:
+                m.counted = True
+                self.stats.disp_applied += res.accepted
+                self.stats.disp_gated += not res.accepted
+            if self.keep_updates:
+                self.displacement_updates.append(res)
+            if not any(e.kind == DISPLACEMENT and e.t_start == m.t_start for e in self._pending):
+                self.ekf.drop_clone(m.t_start)  # no pending window starts at it any more
+        self._applied.append(m)
+        self._take_snapshot()
+
+    def _event_at(self, t: float, kind: int, where: list[Event] | None = None) -> Event | None:
+        """The pending or applied (or only those in ``where``) event of ``kind`` stamped ``t``."""
+        events = where if where is not None else (*self._pending, *self._applied)
+        return next((e for e in events if e.kind == kind and e.t == t), None)
+
+    def _schedule(self, events: list[Event], replay_from: Event | None = None) -> bool:
+        """Queue clone/displacement events; those at or before the state time (or ``replay_from``)
+        are applied by re-propagation from the newest snapshot that precedes them."""
+        past = [e for e in events if e.t <= self._t] + ([replay_from] if replay_from else [])
+        if not past:
+            self._pending = sorted([*self._pending, *events])
+            return True
+        ok = self._replay(min(past), events)
+        counter = "disp_late" if ok else "disp_too_old"
+        setattr(self.stats, counter, getattr(self.stats, counter) + 1)
+        return ok
+
+    def _apply_late(self, m: Event) -> bool:
+        ok = self._replay(m, [m])
+        if ok:
+            self.stats.meas_late += 1
+        else:
+            self.stats.meas_too_old += 1
+        return ok
+
+    def _replay(self, first: Event, new: list[Event]) -> bool:
+        """Restore the newest snapshot before ``first`` (at its stamp only when no later-ordered event
+        was applied there), queue ``new`` and re-apply IMU and events after it."""
         snap = None
         for cand in reversed(self._snaps):
-            if cand.t <= m.t:
+            if cand.t < first.t or (cand.t == first.t and not any(a.t == first.t and a > first for a in self._applied)):
                 snap = cand
                 break
         if snap is None:
-            self.stats.meas_too_old += 1
             return False
-        self.stats.meas_late += 1
         # restore the snapshot, forget everything after it, then replay IMU + measurements
         while self._snaps[-1] is not snap:
             self._snaps.pop()
         self._last_snap_t = snap.t
         self.ekf.reset(snap.state, snap.cov)
+        if snap.clones is not None:
+            self.ekf.set_clones(snap.clones)
         self._t = snap.t
         self._sample = snap.sample
         redo = [a for a in self._applied if a.t > snap.t]
@@ -377,17 +420,19 @@ class VelocityEkf:
         if self.keep_updates:
             while self.updates and self.updates[-1].stamp > snap.t:
                 self.updates.pop()
-        self._pending = sorted([*redo, m, *self._pending])
-        if m.t == self._t:
-            self._pending.remove(m)
-            self._apply(m)
+            while self.displacement_updates and self.displacement_updates[-1].stamp > snap.t:
+                self.displacement_updates.pop()
+        self._pending = sorted([*redo, *new, *self._pending])
+        while self._pending and self._pending[0].t == self._t:
+            self._apply(self._pending.pop(0))
         for t_imu, s in [item for item in self._imu if item[0] > snap.t]:
             self._advance(t_imu, s)
         return True
 
     def _take_snapshot(self) -> None:
         """Store the state at ``self._t`` (re-propagation start point) and drop expired history."""
-        self._snaps.append(_Snapshot(self._t, self.ekf.state.copy(), self.ekf.cov.copy(), self._sample))
+        clones = self.ekf.clones.copy() if len(self.ekf.clones) else None
+        self._snaps.append(Snapshot(self._t, self.ekf.state.copy(), self.ekf.cov.copy(), self._sample, clones))
         self._last_snap_t = self._t
         self._prune(self._t)
 
@@ -404,12 +449,12 @@ class VelocityEkf:
             self._applied.popleft()
 
     def _is_duplicate(self, t: float) -> bool:
-        i = bisect.bisect_left(self._pending, _Measurement(t, None, None))  # type: ignore[arg-type]
-        if i < len(self._pending) and self._pending[i].t == t:
+        i = bisect.bisect_left(self._pending, Event(t, None, None))  # type: ignore[arg-type]
+        if i < len(self._pending) and self._pending[i].t == t and self._pending[i].kind == VELOCITY:
             return True
-        return any(a.t == t for a in reversed(self._applied))
+        return any(a.t == t and a.kind == VELOCITY for a in reversed(self._applied))
 
-    def _try_align(self, m: _Measurement) -> bool:
+    def _try_align(self, m: Event) -> bool:
         buf = self._init_buf
         span = buf[-1][0] - buf[0][0] if len(buf) >= 2 else 0.0
         if span < 0.5 * self.config.init_window:
@@ -425,14 +470,3 @@ class VelocityEkf:
         self.initialize(t_last, state)
         self._sample = s_last
         return True
-
-
-def _is_spd(r: np.ndarray) -> bool:
-    """True when ``r`` is (numerically) symmetric positive definite."""
-    if float(np.abs(r - r.T).max()) > 1e-9 * max(float(np.abs(r).max()), 1e-300):
-        return False
-    try:
-        np.linalg.cholesky(r)
-    except np.linalg.LinAlgError:
-        return False
-    return True

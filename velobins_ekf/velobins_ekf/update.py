@@ -72,9 +72,9 @@ class Innovation:
     nis: float
     """``yᵀ S⁻¹ y``."""
     gain: np.ndarray
-    """(15, 3) Kalman gain ``K = P Hᵀ S⁻¹``."""
+    """(n, 3) Kalman gain ``K = P Hᵀ S⁻¹`` (n = 15, or 15 + 6N with clones)."""
     h: np.ndarray
-    """(3, 15) measurement Jacobian."""
+    """(3, n) measurement Jacobian."""
 
 
 def innovation(state: NavState, cov: np.ndarray, z: np.ndarray, r: np.ndarray) -> Innovation:
@@ -83,17 +83,23 @@ def innovation(state: NavState, cov: np.ndarray, z: np.ndarray, r: np.ndarray) -
     y = z - state.rot.T @ state.vel
     h6 = h_jac[:, 0:6]
     pht = cov[:, 0:6] @ h6.T  # (15, 3): H is zero beyond the first 6 columns
-    s = h6 @ pht[0:6] + r
+    return kalman_innovation(y, pht, h6 @ pht[0:6], r, h_jac)
+
+
+def kalman_innovation(y: np.ndarray, pht: np.ndarray, hpht: np.ndarray, r: np.ndarray, h: np.ndarray) -> Innovation:
+    """NIS and gain of an innovation ``y`` from ``P Hᵀ``, ``H P Hᵀ`` and ``R``: ``S = H P Hᵀ + R``,
+    ``K = P Hᵀ S⁻¹`` (any measurement and state size: the velocity and displacement updates)."""
+    s = hpht + r
     s = 0.5 * (s + s.T)
     # One factorisation of S for both S⁻¹y (NIS) and K = P Hᵀ S⁻¹ (S symmetric).
     sol = np.linalg.solve(s, np.column_stack((y, pht.T)))
-    return Innovation(y=y, s=s, nis=float(y @ sol[:, 0]), gain=sol[:, 1:].T, h=h_jac)
+    return Innovation(y=y, s=s, nis=float(y @ sol[:, 0]), gain=sol[:, 1:].T, h=h)
 
 
 def updated_covariance(cov: np.ndarray, inn: Innovation, r: np.ndarray) -> np.ndarray:
-    """Joseph form ``(I − KH) P (I − KH)ᵀ + K R Kᵀ`` (a new array)."""
+    """Joseph form ``(I − KH) P (I − KH)ᵀ + K R Kᵀ`` (a new array; P of any size, e.g. with clones)."""
     k = inn.gain
-    ikh = np.eye(DIM) - k @ inn.h
+    ikh = np.eye(cov.shape[0]) - k @ inn.h
     return ikh @ cov @ ikh.T + k @ r @ k.T
 
 

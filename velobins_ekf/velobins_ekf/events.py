@@ -1,0 +1,101 @@
+"""What the streaming filter (:class:`~velobins_ekf.runner.VelocityEkf`) queues and counts.
+
+Its events, ordered by stamp and, at equal stamps, by kind: velocity measurements, displacement
+measurements (fused at the window end against a clone, :mod:`velobins_ekf.displacement`) and
+clones of the pose (:mod:`velobins_ekf.clone`); the snapshots it re-propagates late events from;
+and :class:`FilterStats`, the counters of what it did with its inputs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from velobins_ekf.clone import CloneSet
+from velobins_ekf.ekf import NavState
+
+Sample = tuple[float, float, float, float, float, float]
+"""IMU sample values ``(ax, ay, az, gx, gy, gz)`` as plain floats."""
+
+VELOCITY, DISPLACEMENT, CLONE = 0, 1, 2
+"""Event kinds, also their order at equal stamps (a clone at ``t`` follows the updates at ``t``)."""
+
+
+@dataclass
+class FilterStats:
+    """What the wrapper did with its inputs (all counters; rejected inputs never reach the core)."""
+
+    imu_used: int = 0
+    """IMU samples accepted (propagated or buffered for alignment)."""
+    imu_nonfinite: int = 0
+    """IMU samples with a NaN/inf stamp or value, dropped."""
+    imu_out_of_order: int = 0
+    """IMU samples stamped before the previous sample (dt < 0), dropped."""
+    imu_duplicate: int = 0
+    """IMU samples with the previous sample's stamp (dt == 0), dropped."""
+    meas_applied: int = 0
+    """Velocity measurements fused (in order or late)."""
+    meas_late: int = 0
+    """Of those, measurements older than the state, applied by re-propagation."""
+    meas_gated: int = 0
+    """Measurements rejected by the χ² gate (only when gating is on)."""
+    meas_nonfinite: int = 0
+    """Measurements with a NaN/inf stamp, value or covariance, dropped."""
+    meas_bad_covariance: int = 0
+    """Measurements whose covariance is not 3x3 symmetric positive definite, dropped."""
+    meas_duplicate: int = 0
+    """Measurements with the stamp of one already received, dropped."""
+    meas_too_old: int = 0
+    """Measurements older than the stored history, dropped."""
+    meas_pending_overflow: int = 0
+    """Measurements ahead of the IMU stream dropped because more than ``max_pending`` waited."""
+    meas_before_init: int = 0
+    """Measurements received before the filter could initialise, dropped."""
+    disp_applied: int = 0
+    """Displacement measurements fused (in order or late)."""
+    disp_late: int = 0
+    """Of those, and of clones, applied by re-propagation (end stamp or clone in the past)."""
+    disp_gated: int = 0
+    """Displacements refused by the χ² gate or at a singular (±90° pitch) yaw frame."""
+    disp_invalid: int = 0
+    """Displacements dropped as non-finite, not SPD, ``t_start ≥ t_end``, duplicate or before init."""
+    disp_too_old: int = 0
+    """Displacements (or their clones) older than the stored history, dropped."""
+    clones_dropped: int = 0
+    """Clones marginalised before use because ``max_clones`` were held."""
+
+
+@dataclass(order=True)
+class Event:
+    """A queued measurement or clone; sorts by ``(t, kind)``."""
+
+    t: float
+    z: np.ndarray = field(compare=False)
+    cov: np.ndarray = field(compare=False)
+    counted: bool = field(default=False, compare=False)
+    kind: int = VELOCITY
+    t_start: float = field(default=math.nan, compare=False)  # displacement: the clone's stamp
+
+
+@dataclass
+class Snapshot:
+    """Filter state at ``t`` that late events re-propagate from (clones None when there are none)."""
+
+    t: float
+    state: NavState
+    cov: np.ndarray
+    sample: Sample | None
+    clones: CloneSet | None = None
+
+
+def is_spd(r: np.ndarray) -> bool:
+    """True when ``r`` is (numerically) symmetric positive definite."""
+    if float(np.abs(r - r.T).max()) > 1e-9 * max(float(np.abs(r).max()), 1e-300):
+        return False
+    try:
+        np.linalg.cholesky(r)
+    except np.linalg.LinAlgError:
+        return False
+    return True
