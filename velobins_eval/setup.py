@@ -8,6 +8,7 @@ setup(
     name=PACKAGE,
     version="0.1.0",
     packages=find_packages(exclude=["test"]),
+    package_data={PACKAGE: ["demo_data/nanobench/*"]},  # the held-out demo flights of `velobins demo`
     data_files=[
         ("share/ament_index/resource_index/packages", ["resource/" + PACKAGE]),
         ("share/" + PACKAGE, ["package.xml"]),
