@@ -128,6 +128,8 @@ def _row(job: Job, out: Path) -> dict | None:
         "epochs": len(hist),
         "best_epoch": best["epoch"],
         "elapsed": hist[-1].get("elapsed_s") or float("nan"),
+        "cpu": hist[-1].get("cpu_s"),
+        "rate": sum(h["windows_per_s"] for h in hist) / len(hist),
         **agg,
     }
 
@@ -137,15 +139,16 @@ def report(out: Path, docs: Path) -> None:
     docs.mkdir(parents=True, exist_ok=True)
     rows = [r for r in (_row(j, out) for j in PLAN) if r is not None]
     lines = [
-        "| train flights | budget [min] | method | recipe | epochs (best) | net AVE [m/s] | net NLL | "
-        "fused AVE [m/s] | RTE [m] | ATE [m] | NEES median | NEES in bounds |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| train flights | budget [min] | method | recipe | epochs (best) | CPU [s] | win/s | net AVE [m/s] | "
+        "net NLL | fused AVE [m/s] | RTE [m] | ATE [m] | NEES median | NEES in bounds |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in sorted(rows, key=lambda r: (r["job"].flights, r["job"].budget, r["job"].recipe, r["job"].method)):
         j = r["job"]
         lines.append(
             f"| {j.flights} | {j.budget:g} | {'G+H^B' if j.method == 'G+H' else 'reg'} | {j.recipe} | "
-            f"{r['epochs']} ({r['best_epoch']}) | {r['net_ave']:.3f} | {r['net_nll']:.2f} | {r['ave']:.3f} | "
+            f"{r['epochs']} ({r['best_epoch']}) | {_cpu(r['cpu'])} | {r['rate']:.0f} | "
+            f"{r['net_ave']:.3f} | {r['net_nll']:.2f} | {r['ave']:.3f} | "
             f"{r['rte']:.3f} | {r['ate']:.3f} | {r['nees_median']:.2f} | {100 * r['nees_in_bounds']:.1f}% |"
         )
     (docs / "table.md").write_text("\n".join(lines) + "\n")
@@ -161,6 +164,11 @@ def report(out: Path, docs: Path) -> None:
     (docs / "commands.sh").write_text("\n".join(script) + "\n")
     _figure(out, [r["job"] for r in rows], docs / "learning_curves.png")
     print((docs / "table.md").read_text())
+
+
+def _cpu(seconds: float | None) -> str:
+    """CPU seconds of a run ("—" for a run that predates the record)."""
+    return "—" if seconds is None else f"{seconds:.0f}"
 
 
 def _relative(cmd: list[str]) -> list[str]:
