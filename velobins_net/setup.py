@@ -8,7 +8,10 @@ setup(
     name=PACKAGE,
     version="0.1.0",
     packages=find_packages(exclude=["test"]),
-    package_data={PACKAGE + ".accel": ["*.cpp"]},  # the native kernels, compiled on first use
+    package_data={
+        PACKAGE + ".accel": ["*.cpp"],  # the native kernels, compiled on first use
+        PACKAGE: ["models/*.pt", "models/*.yaml", "models/*.md", "models/LICENSE*"],  # the shipped models
+    },
     data_files=[
         ("share/ament_index/resource_index/packages", ["resource/" + PACKAGE]),
         ("share/" + PACKAGE, ["package.xml"]),

@@ -352,7 +352,7 @@ def test_demo_refuses_an_earlier_run_and_overwrite_replaces_only_its_own_entries
         raise KeyboardInterrupt
 
     monkeypatch.setattr(batch, "simulate_many", interrupted_simulate_many)
-    assert main(["demo", "--out", str(out), "--overwrite"]) == 130
+    assert main(["demo", "--simulated", "--out", str(out), "--overwrite"]) == 130
     assert seen["entries"] == [LOCK_NAME, "notes.txt"]  # the earlier run removed first; the user's file kept
     assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]  # lock file gone after Ctrl-C
 

@@ -8,7 +8,8 @@ Subcommands (``velobins <command> --help`` for each):
 * ``train``     — train a VeloBins variant or the regression baseline;
 * ``evaluate``  — network-only and EKF-fused metrics of checkpoints on a directory of flights;
 * ``export``    — a checkpoint to TorchScript or ONNX, checked against the PyTorch model (parity);
-* ``demo``      — the README's main job: simulate, train, convert, replay through the ROS graph, report.
+* ``demo``      — the README's main job: the shipped models on real held-out flights through the ROS graph
+  (``--simulated``: simulate and train first).
 * ``reproduce`` — train every ablation model and regenerate the paper's NanoBench tables and figures.
 
 Heavy imports (torch, rotorpy) happen inside the subcommands so ``velobins --help`` stays fast.
@@ -91,7 +92,7 @@ DELEGATED = {
     "train": (".train_cli", "main_train", "train a VeloBins variant or the regression baseline"),
     "evaluate": (".evaluate", "main_evaluate", "evaluate checkpoints (network and EKF-fused) on flights"),
     "export": (".export_cli", "main_export", "export a checkpoint to TorchScript or ONNX, with a parity check"),
-    "demo": (".demo", "main_demo", "the main job: simulate, train, replay through the ROS graph, report"),
+    "demo": (".demo", "main_demo", "the main job: shipped models on real flights through the ROS graph, report"),
     "reproduce": (".reproduce", "main_reproduce", "train and score every NanoBench table/figure row of the paper"),
     "calibrate": (
         ".calibrate",

@@ -1,13 +1,21 @@
-"""``velobins demo``: the README's main job, end to end on simulated flights, no downloads.
+"""``velobins demo``: the README's main job, the shipped models on real held-out flights through the ROS graph.
 
-1. simulate nano-quadrotor flights with rotorpy (PWM rotors, NanoBench-like speeds);
-2. split them into train / validation / held-out test flights;
-3. train VeloBins (G+H^B, SPE bins) and the regression baseline (reg) with the same short CPU
-   schedule, both at once (one process and one thread each);
-4. convert the held-out flights to rosbag2 and replay each through the real node graph (network,
-   EKF and eval nodes as separate processes over Fast DDS, sim time) once per model;
-5. print the comparison table of VeloBins, regression and IMU-only integration (the same EKF
-   without updates, computed offline), and write the reports and plots under ``--out``.
+By default (no downloads, no training):
+
+1. resolve the shipped Crazyflie 2.1 models by name (``crazyflie``: VeloBins G+H^B, SPE bins;
+   ``crazyflie-reg``: the regression baseline; :mod:`velobins_net.pretrained`), each with the EKF
+   overlay it was evaluated with, and load the two shipped NanoBench demo flights
+   (``demo_data/nanobench``, kept out of the models' training, selection and calibration);
+2. convert each flight to rosbag2 and replay it through the real node graph once per model
+   (network, EKF and eval nodes as separate processes over Fast DDS, sim time; the shipped
+   ``velobins.yaml`` and ``evaluation.yaml`` plus the model's overlay, as ``params_file:=``);
+3. write the comparison of VeloBins, regression and IMU-only integration (the same EKF with the
+   same overlay and no updates, offline): ``report.md`` with the aggregate and a per-flight table,
+   ``metrics.json``, and plots (trajectories, velocity error with ±2σ, NEES) under ``offline/plots``
+   and each graph run's folder.
+
+``--simulated`` runs the earlier main job instead: simulate flights, train both models on them
+(:mod:`velobins_eval.demo_sim`), then steps 2-3 on the held-out simulated flights.
 
 ``--out`` (default ``runs/main_job``) is locked while the demo runs; one that holds an earlier demo
 run is refused unless ``--overwrite`` replaces it (``scripts/main_job.sh`` passes it, so the main
@@ -19,8 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -28,7 +34,6 @@ from pathlib import Path
 from velobins_common.outputs import RunLayout, RunLock, atomic_write_text, open_run_dir, output_mode
 
 from . import metrics, report
-from .reproduce import stop_processes
 
 LAYOUT = RunLayout(
     "demo",
@@ -37,7 +42,14 @@ LAYOUT = RunLayout(
 )
 """Every entry ``velobins demo`` writes in ``--out`` (what ``--overwrite`` removes)."""
 
-MODELS = (("G+H^B", ["--variant", "G+H", "--uncertainty", "B", "--encoding", "spe"]), ("reg", ["--variant", "reg"]))
+DEMO_DATA = Path(__file__).resolve().parent / "demo_data" / "nanobench"
+"""The shipped held-out NanoBench flights (BSD-3, attribution in its LICENSE)."""
+
+SHIPPED = ("crazyflie", "crazyflie-reg")
+"""Models the default demo replays (names of :func:`velobins_net.pretrained.resolve_model`)."""
+
+PER_FLIGHT_KEYS = ("ave", "rte", "ate", "nees_median", "nees_in_bounds")
+"""Columns of the per-flight table."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -46,22 +58,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--overwrite", action="store_true", help="replace the demo run already in --out (scripts/main_job.sh passes it)"
     )
-    p.add_argument("--flights", type=int, default=24, help="simulated flights in total")
-    p.add_argument("--seconds", type=float, default=60.0, help="duration of each flight [s]")
-    p.add_argument("--test-flights", type=int, default=4, help="held-out flights replayed through the graph")
-    p.add_argument("--val-flights", type=int, default=3, help="validation flights (best checkpoint)")
-    p.add_argument("--epochs", type=int, default=12, help="training epochs (paper: 100)")
-    p.add_argument("--stride", type=int, default=10, help="training window stride [samples] (paper: 1)")
-    p.add_argument("--rate", type=float, default=3.0, help="replay speed factor of the graph runs")
-    p.add_argument("--seed", type=int, default=0, help="seed of simulation and training")
-    p.add_argument("--skip-graph", action="store_true", help="score the held-out flights offline only")
+    p.add_argument(
+        "--model",
+        action="append",
+        help=f"shipped model name or checkpoint to replay (repeatable; default: {', '.join(SHIPPED)})",
+    )
+    p.add_argument("--dataset", default="nanobench", help="adapter of --data (default: nanobench)")
+    p.add_argument("--data", type=Path, default=DEMO_DATA, help="flights to replay (default: the shipped demo flights)")
+    p.add_argument("--rate", type=float, default=2.0, help="replay speed factor of the graph runs")
+    p.add_argument("--skip-graph", action="store_true", help="score the flights offline only")
+    sim = p.add_argument_group("--simulated: simulate flights and train both models on them first")
+    sim.add_argument("--simulated", action="store_true", help="the simulated main job instead of the shipped models")
+    sim.add_argument("--flights", type=int, default=24, help="simulated flights in total")
+    sim.add_argument("--seconds", type=float, default=60.0, help="duration of each flight [s]")
+    sim.add_argument("--test-flights", type=int, default=4, help="held-out flights replayed through the graph")
+    sim.add_argument("--val-flights", type=int, default=3, help="validation flights (best checkpoint)")
+    sim.add_argument("--epochs", type=int, default=12, help="training epochs (paper: 100)")
+    sim.add_argument("--stride", type=int, default=10, help="training window stride [samples] (paper: 1)")
+    sim.add_argument("--seed", type=int, default=0, help="seed of simulation and training")
     return p
-
-
-def _run(cmd: list[str], log: Path) -> subprocess.Popen:
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("w") as fh:  # the child keeps its own copy of the descriptor
-        return subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT)
 
 
 def _step(title: str) -> float:
@@ -78,150 +93,186 @@ def open_demo_dir(out: Path, overwrite: bool) -> RunLock:
 
 
 def main_demo(argv: list[str] | None = None) -> int:
+    """Entry point of ``velobins demo``: every input is checked before ``--out`` is touched."""
     args = build_parser().parse_args(argv)
-    if args.test_flights + args.val_flights + 2 > args.flights:
-        raise ValueError("--flights must leave at least 2 training flights after validation and test flights")
+    if args.simulated:
+        if args.test_flights + args.val_flights + 2 > args.flights:
+            raise ValueError("--flights must leave at least 2 training flights after validation and test flights")
+        if args.model or args.data != DEMO_DATA:
+            raise ValueError("--simulated trains its own models on simulated flights: drop --model and --data")
+    if args.rate <= 0:
+        raise ValueError(f"--rate must be > 0, got {args.rate}")
+    if args.simulated:
+        models = {}
+    else:
+        from velobins_net.pretrained import resolve_model
+
+        from .report import method_label
+
+        models = {}
+        for name in args.model or SHIPPED:
+            resolved = resolve_model(name)  # an unknown name fails here, before --out is touched
+            models[method_label(resolved.checkpoint)] = resolved
     with open_demo_dir(args.out, args.overwrite):  # removes its lock file on any exit, Ctrl-C included
-        return _demo(args, args.out)
+        return _demo(args, args.out, models)
 
 
-def _demo(args: argparse.Namespace, out: Path) -> int:
-    """Steps 1-5 into the locked, empty demo entries of ``out``."""
+def _demo(args: argparse.Namespace, out: Path, models: dict) -> int:
+    """The demo's steps into the locked, empty demo entries of ``out``."""
+    from velobins_net.pretrained import ResolvedModel
+
+    from .datasets import load_flights, load_sequence
+
     wall0 = time.monotonic()
     timings: dict[str, float] = {}
-    velobins = [sys.executable, "-m", "velobins_eval.cli"]
+    if args.simulated:
+        from .demo_sim import simulate_and_train
 
-    t = _step(f"1/5 simulate {args.flights} nano flights x {args.seconds:g} s (rotorpy, all cores)")
-    from .sim.batch import simulate_many
-
-    paths = simulate_many("nano", args.flights, args.seconds, args.seed, out / "flights" / "all")
-    timings["simulate"] = time.monotonic() - t
-
-    t = _step("2/5 split flights")
-    split = {"test": paths[: args.test_flights], "val": paths[args.test_flights : args.test_flights + args.val_flights]}
-    split["train"] = paths[args.test_flights + args.val_flights :]
-    for name, files in split.items():
-        (out / "flights" / name).mkdir(parents=True)
-        for f in files:
-            shutil.copy2(f, out / "flights" / name / f.name)
-        names = ", ".join(f.stem for f in files[:4]) + (", ..." if len(files) > 4 else "")
-        print(f"  {name:5s}: {len(files)} flights ({names})")
-    timings["split"] = time.monotonic() - t
-
-    t = _step(f"3/5 train G+H^B and reg: {args.epochs} epochs, stride {args.stride}, in parallel (logs in {out}/train)")
-    procs = {}
-    for label, extra in MODELS:
-        cmd = [
-            *velobins,
-            "train",
-            "--dataset",
-            "csv",
-            "--data",
-            str(out / "flights" / "train"),
-            "--val",
-            str(out / "flights" / "val"),
-            *extra,
-            "--epochs",
-            str(args.epochs),
-            "--stride",
-            str(args.stride),
-            "--seed",
-            str(args.seed),
-            "--threads",
-            "1",
-            "--out",
-            str(out / "train" / label),
-        ]
-        procs[label] = _run(cmd, out / "train" / f"{label}.log")
-    try:
-        codes = {label: proc.wait() for label, proc in procs.items()}
-    except BaseException:  # Ctrl-C: stop the trainings we started (they remove their temporary files)
-        stop_processes(procs.values())
-        raise
-    for label, code in codes.items():
-        log = out / "train" / f"{label}.log"
-        if code != 0:
-            print(log.read_text()[-3000:], file=sys.stderr)
-            print(f"velobins demo: error: training {label} failed (log: {log})", file=sys.stderr)
+        trained = simulate_and_train(args, out, timings)
+        if trained is None:
             return 1
-        print("  " + log.read_text().strip().splitlines()[-1])
-    timings["train"] = time.monotonic() - t
-    checkpoints = {label: out / "train" / label / "best.pt" for label, _ in MODELS}
+        checkpoints, test_files = trained
+        models = {label: ResolvedModel(path, None) for label, path in checkpoints.items()}
+        seqs = [load_sequence("csv", p) for p in test_files]
+        what = f"{len(seqs)} held-out simulated flights"
+    else:
+        t = _step(f"1/3 shipped models and the flights of {args.data}")
+        seqs = list(load_flights(args.dataset, args.data).sequences)
+        for label, m in models.items():
+            print(f"  {label:6s} {m.checkpoint}  (EKF overlay: {m.overlay or 'none'})")
+        print("  flights: " + ", ".join(f"{s.name} ({s.duration:.0f} s)" for s in seqs))
+        timings["load"] = time.monotonic() - t
+        what = f"{len(seqs)} held-out real flights ({args.dataset}: {', '.join(s.name for s in seqs)})"
+    step = "4/5" if args.simulated else "2/3"
+    t = _step(f"{step} flights -> rosbag2 -> node graph at {args.rate:g}x (network, EKF, eval nodes)")
+    graph_metrics, offline_records, imu_config = replay(seqs, models, out, args.rate, args.skip_graph)
+    timings["graph"] = time.monotonic() - t
+    t = _step("5/5 report" if args.simulated else "3/3 report")
+    text = finish(args, out, seqs, graph_metrics, offline_records, imu_config, timings, what)
+    timings["report"] = time.monotonic() - t
+    timings["total"] = time.monotonic() - wall0
+    config = {
+        "args": {k: str(v) for k, v in vars(args).items()},
+        "models": {label: {"checkpoint": str(m.checkpoint), "overlay": str(m.overlay)} for label, m in models.items()},
+        "timings_s": timings,
+    }
+    atomic_write_text(out / "config.json", json.dumps(config, indent=1))
+    print(f"\n{text}\n")
+    print("timings [s]: " + ", ".join(f"{k} {v:.0f}" for k, v in timings.items()))
+    print(f"report: {out / 'report.md'}, plots: {out / 'offline' / 'plots'} and {out / 'graph'}")
+    return 0
 
-    t = _step(f"4/5 held-out flights -> rosbag2 -> node graph at {args.rate:g}x (network, EKF, eval nodes)")
+
+def replay(seqs: list, models: dict, out: Path, rate: float, skip_graph: bool) -> tuple[dict, dict, object]:
+    """Each flight as a bag through the node graph once per model, and offline with the same files.
+
+    ``models`` maps a report label to a :class:`~velobins_net.pretrained.ResolvedModel`; its overlay
+    (if any) is loaded after the shipped parameter files by the nodes and by the offline scoring.
+    Returns (graph metrics ``{label: {flight: metrics}}``, offline records ``{label: {flight:
+    record}}``, the EKF config of the first model for the IMU-only baseline).
+    """
+    from velobins_net.inference import load_predictor_config
+
     from .bag import write_bag
-    from .datasets import load_sequence
-    from .evaluate import fuse_flight, imu_only_flight, predict_flight
-    from .scoring import GroundTruth
+    from .evaluate import evaluate_checkpoint, load_ekf_config
+    from .graph import run_graph
 
-    seqs = [load_sequence("csv", p) for p in split["test"]]
-    graph_metrics: dict[str, dict[str, dict[str, float]]] = {label: {} for label, _ in MODELS}
-    offline_records: dict[str, dict] = {label: {} for label, _ in MODELS}
-    from velobins_net.inference import load_checkpoint
-
-    models = {label: load_checkpoint(path) for label, path in checkpoints.items()}
+    graph_metrics: dict[str, dict[str, dict[str, float]]] = {label: {} for label in models}
+    offline_records: dict[str, dict] = {}
+    configs = {}
+    for label, m in models.items():
+        files = [m.overlay] if m.overlay else None
+        configs[label] = load_ekf_config(files)
+        _, offline_records[label] = evaluate_checkpoint(
+            m.checkpoint, seqs, configs[label], progress=False, predictor_config=load_predictor_config(files)
+        )
     for seq in seqs:
         bag_path = out / "bags" / seq.name
         write_bag(seq, bag_path)
-        for label, _ in MODELS:
-            tv, v, var = predict_flight(models[label], seq)
-            offline_records[label][seq.name] = fuse_flight(seq, tv, v, var, label)
-            if args.skip_graph:
+        for label, m in models.items():
+            if skip_graph:
                 continue
-            from .graph import run_graph
-
             run = run_graph(
                 bag_path,
-                checkpoints[label],
+                m.checkpoint,
                 out / "graph" / label / seq.name,
-                rate=args.rate,
+                rate=rate,
                 label=label,
                 flight=seq.name,
-                timeout=60 + 3 * seq.duration / args.rate,
+                timeout=60 + 3 * seq.duration / rate,
+                params_files=[m.overlay] if m.overlay else None,
             )
             if not run.metrics:
                 raise RuntimeError(f"graph run {label}/{seq.name} wrote no report; logs in {run.report_dir}")
             graph_metrics[label][seq.name] = run.metrics[label]["flights"][seq.name]
             stats = json.loads((run.report_dir / "config.json").read_text())["graph"]
             print(
-                f"  {seq.name:18s} {label:6s} graph {run.wall_s:5.1f} s wall, {stats['estimates']} estimates, "
+                f"  {seq.name:22s} {label:6s} graph {run.wall_s:5.1f} s wall, {stats['estimates']} estimates, "
                 f"odometry {stats['odometry_rate_hz']:.1f} Hz, ATE {graph_metrics[label][seq.name]['ate']:.3f} m"
             )
-    timings["graph"] = time.monotonic() - t
+    return graph_metrics, offline_records, next(iter(configs.values()))
 
-    t = _step("5/5 report")
-    first = offline_records[MODELS[0][0]]
-    offline_records["imu-only"] = {s.name: imu_only_flight(s, first[s.name].t) for s in seqs}
+
+def finish(
+    args: argparse.Namespace,
+    out: Path,
+    seqs: list,
+    graph_metrics: dict,
+    offline_records: dict,
+    imu_config: object,
+    timings: dict[str, float],
+    what: str,
+) -> str:
+    """Write ``offline/``, ``metrics.json`` and ``report.md``; return the tables printed at the end.
+
+    The model rows come from the graph runs (offline when ``--skip-graph``); IMU-only is offline,
+    with the EKF config of the first model's overlay.
+    """
+    from .evaluate import imu_only_flight
+    from .scoring import GroundTruth
+
+    first = next(iter(offline_records.values()))
+    offline_records = {
+        **offline_records,
+        "imu-only": {s.name: imu_only_flight(s, first[s.name].t, imu_config) for s in seqs},
+    }
     gts = {s.name: GroundTruth.of(s) for s in seqs}
     offline_table = report.write_report(offline_records, gts, out / "offline", {"source": "offline"})
-    timings["report"] = time.monotonic() - t
-    timings["total"] = time.monotonic() - wall0
-
     doc = json.loads((out / "offline" / "metrics.json").read_text())
+    for d in doc.values():
+        d["source"] = "offline"
     if not args.skip_graph:
         for label, flights in graph_metrics.items():
             per_flight = {f: metrics.FlightMetrics(**{k: _nan(v) for k, v in m.items()}) for f, m in flights.items()}
             doc[label] = {"aggregate": report.aggregate(per_flight), "flights": flights, "source": "ros graph"}
     rows = {m: {k: _nan(v) for k, v in d["aggregate"].items()} for m, d in doc.items()}
     table = report.markdown_table(rows, len(seqs))
-    config = {
-        "args": {k: str(v) for k, v in vars(args).items()},
-        "timings_s": timings,
-        "sources": {m: d.get("source", "offline") for m, d in doc.items()},
-    }
+    flights_table = per_flight_table(doc, [s.name for s in seqs])
+    source = "offline (--skip-graph)" if args.skip_graph else f"the ROS graph (replay at {args.rate:g}x)"
     atomic_write_text(out / "metrics.json", json.dumps(doc, indent=1))
-    atomic_write_text(out / "config.json", json.dumps(config, indent=1))
     atomic_write_text(
         out / "report.md",
-        "# VeloBins main job\n\n"
-        f"{len(seqs)} held-out simulated flights; VeloBins and reg rows from the ROS graph "
-        f"({'skipped' if args.skip_graph else f'replay at {args.rate:g}x'}), imu-only offline.\n\n"
-        f"{table}\n\n## Offline (same flights, same code paths)\n\n{offline_table}\n",
+        f"# VeloBins main job\n\n{what}; VeloBins and reg rows from {source}, imu-only offline (same EKF, "
+        f"no updates).\n\n{table}\n\n## Per flight\n\n{flights_table}\n\n"
+        f"## Offline (same flights, same code paths)\n\n{offline_table}\n",
     )
-    print(f"\n{table}\n")
-    print("timings [s]: " + ", ".join(f"{k} {v:.0f}" for k, v in timings.items()))
-    print(f"report: {out / 'report.md'}, plots: {out / 'offline' / 'plots'} and {out / 'graph'}")
-    return 0
+    return f"{table}\n\n{flights_table}"
+
+
+def per_flight_table(doc: dict, flights: list[str]) -> str:
+    """Markdown table of the fused metrics per flight and method (best per flight in bold)."""
+    lines = [
+        "| flight | method | " + " | ".join(report.HEADERS[k] for k in PER_FLIGHT_KEYS) + " |",
+        "|---|---|" + "---|" * len(PER_FLIGHT_KEYS),
+    ]
+    for flight in flights:
+        values = {m: {k: _nan(d["flights"][flight].get(k)) for k in PER_FLIGHT_KEYS} for m, d in doc.items()}
+        best = {k: report.best_label({m: v[k] for m, v in values.items()}, k) for k in PER_FLIGHT_KEYS}
+        for method, v in values.items():
+            cells = [report.format_value(k, v[k]) for k in PER_FLIGHT_KEYS]
+            cells = [f"**{c}**" if best[k] == method else c for k, c in zip(PER_FLIGHT_KEYS, cells, strict=True)]
+            lines.append(f"| {flight} | {method} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def _nan(x: float | None) -> float:
