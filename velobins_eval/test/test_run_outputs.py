@@ -161,8 +161,10 @@ def test_a_crafted_checkpoint_runs_no_code(flights, tmp_path) -> None:
 
 def test_non_finite_validation_is_not_reported_as_best(flights, tmp_path, monkeypatch, capsys) -> None:
     import velobins_net.train as train_module
+    from velobins_net.train_steps import ValFigures
 
-    monkeypatch.setattr(train_module, "evaluate", lambda *a, **k: (float("nan"), float("inf")))
+    nan = ValFigures(ave=float("inf"), nll=float("nan"), nees_median=float("nan"), nees_share=float("nan"))
+    monkeypatch.setattr(train_module, "evaluate", lambda *a, **k: nan)
     out = tmp_path / "nan"
     assert main(train_args(flights, out)) == 1
     err = capsys.readouterr().err
@@ -216,7 +218,7 @@ def test_progress_bars_stay_out_of_logs(flights, tmp_path) -> None:
     res = velobins(*[a for a in train_args(flights, tmp_path / "log2", "--epochs", "2") if a != "--no-progress"])
     assert res.returncode == 0, res.stderr
     assert "\r" not in res.stderr and "\r" not in res.stdout
-    assert "epoch 1:" in res.stdout and "epoch 2:" in res.stdout
+    assert "epoch 1/2:" in res.stdout and "epoch 2/2:" in res.stdout
 
 
 def test_a_failed_evaluate_overwrite_keeps_the_earlier_report(flights, trained, tmp_path, monkeypatch, capsys) -> None:
