@@ -135,3 +135,34 @@ def test_demo_scores_the_shipped_models_offline(tmp_path: Path, capsys: pytest.C
     assert (out / "offline" / "plots" / "B2_circle_fast_rep1.png").is_file()
     config = json.loads((out / "config.json").read_text())
     assert config["models"]["G+H^B"]["overlay"].endswith("crazyflie.yaml")
+
+    # A user's own model of the same variant beside the shipped one gets its own row.
+    own = resolve_model("crazyflie").checkpoint
+    argv = ["demo", "--model", "crazyflie", "--model", str(own), "--data", str(CIRCLE), "--skip-graph"]
+    assert main([*argv, "--out", str(out), "--overwrite"]) == 0
+    assert set(json.loads((out / "metrics.json").read_text())) == {"G+H^B", "G+H^B (crazyflie)", "imu-only"}
+
+
+@pytest.mark.ros
+def test_graph_runs_the_shipped_model_by_name_with_its_overlay(flights: list, tmp_path: Path, ros_domain: int) -> None:
+    """The node resolves ``model_path:=crazyflie`` itself; the overlay reaches the EKF node."""
+    from velobins_eval.bag import write_bag
+    from velobins_eval.graph import run_graph
+
+    seq = next(s for s in flights if s.name == "B3_figure8_medium_rep1")
+    write_bag(seq, tmp_path / "bag")
+    run = run_graph(
+        tmp_path / "bag",
+        "crazyflie",
+        tmp_path / "report",
+        rate=4.0,
+        label="G+H^B",
+        flight=seq.name,
+        timeout=90,
+        domain_id=ros_domain,
+        params_files=[resolve_model("crazyflie").overlay],
+    )
+    assert run.metrics, run.logs
+    m = run.metrics["G+H^B"]["flights"][seq.name]
+    # With the generic EKF noise instead of the overlay the filter is over-confident (NEES median > 100).
+    assert m["ave"] < 0.3 and m["ate"] < 1.5 and 1.0 < m["nees_median"] < 10, m  # IMU-only: AVE 5.6, ATE 41

@@ -112,7 +112,12 @@ def main_demo(argv: list[str] | None = None) -> int:
         models = {}
         for name in args.model or SHIPPED:
             resolved = resolve_model(name)  # an unknown name fails here, before --out is touched
-            models[method_label(resolved.checkpoint)] = resolved
+            label = method_label(resolved.checkpoint)
+            if label in models:  # two models of one variant: tell them apart by name
+                label = f"{label} ({Path(name).stem if Path(name).suffix else name})"
+            if label in models:
+                raise ValueError(f"--model {name}: given twice")
+            models[label] = resolved
     with open_demo_dir(args.out, args.overwrite):  # removes its lock file on any exit, Ctrl-C included
         return _demo(args, args.out, models)
 
