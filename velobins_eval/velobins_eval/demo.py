@@ -34,6 +34,7 @@ from pathlib import Path
 from velobins_common.outputs import RunLayout, RunLock, atomic_write_text, open_run_dir, output_mode
 
 from . import metrics, report
+from .dataset_kinds import KINDS
 
 LAYOUT = RunLayout(
     "demo",
@@ -63,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         help=f"shipped model name or checkpoint to replay (repeatable; default: {', '.join(SHIPPED)})",
     )
-    p.add_argument("--dataset", default="nanobench", help="adapter of --data (default: nanobench)")
+    p.add_argument("--dataset", default="nanobench", choices=KINDS, help="adapter of --data (default: nanobench)")
     p.add_argument("--data", type=Path, default=DEMO_DATA, help="flights to replay (default: the shipped demo flights)")
     p.add_argument("--rate", type=float, default=2.0, help="replay speed factor of the graph runs")
     p.add_argument("--skip-graph", action="store_true", help="score the flights offline only")
