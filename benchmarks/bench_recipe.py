@@ -15,6 +15,7 @@ exact commands (``commands.sh``) from what has finished.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import random
 import shlex
@@ -40,11 +41,13 @@ class Job:
     recipe: str
     flights: int
     budget: float
+    tag: str = ""
 
     @property
     def name(self) -> str:
-        """Directory name of the run."""
-        return f"n{self.flights}_{self.budget:g}min_{'gh' if self.method == 'G+H' else 'reg'}_{self.recipe}"
+        """Directory name of the run (``tag``: an earlier try of the same job, kept beside it)."""
+        method = "gh" if self.method == "G+H" else "reg"
+        return f"n{self.flights}_{self.budget:g}min_{method}_{self.recipe}{self.tag}"
 
 
 PLAN = (
@@ -137,7 +140,8 @@ def _row(job: Job, out: Path) -> dict | None:
 def report(out: Path, docs: Path) -> None:
     """Write the table, the learning-curve figure and the commands of every finished job into ``docs``."""
     docs.mkdir(parents=True, exist_ok=True)
-    rows = [r for r in (_row(j, out) for j in PLAN) if r is not None]
+    tries = [dataclasses.replace(j, tag=d.name.removeprefix(j.name)) for j in PLAN for d in out.glob(j.name + "_try*")]
+    rows = [r for r in (_row(j, out) for j in (*PLAN, *tries)) if r is not None]
     lines = [
         "| train flights | budget [min] | method | recipe | epochs (best) | CPU [s] | win/s | net AVE [m/s] | "
         "net NLL | fused AVE [m/s] | RTE [m] | ATE [m] | NEES median | NEES in bounds |",
@@ -146,7 +150,7 @@ def report(out: Path, docs: Path) -> None:
     for r in sorted(rows, key=lambda r: (r["job"].flights, r["job"].budget, r["job"].recipe, r["job"].method)):
         j = r["job"]
         lines.append(
-            f"| {j.flights} | {j.budget:g} | {'G+H^B' if j.method == 'G+H' else 'reg'} | {j.recipe} | "
+            f"| {j.flights} | {j.budget:g} | {'G+H^B' if j.method == 'G+H' else 'reg'} | {j.recipe}{j.tag} | "
             f"{r['epochs']} ({r['best_epoch']}) | {_cpu(r['cpu'])} | {r['rate']:.0f} | "
             f"{r['net_ave']:.3f} | {r['net_nll']:.2f} | {r['ave']:.3f} | "
             f"{r['rte']:.3f} | {r['ate']:.3f} | {r['nees_median']:.2f} | {100 * r['nees_in_bounds']:.1f}% |"
@@ -199,9 +203,10 @@ def _figure(out: Path, jobs: list[Job], path: Path) -> None:
         for j in (j for j in jobs if (j.flights, j.budget) == (flights, budget)):
             hist = json.loads((out / j.name / "history.json").read_text())
             t = [h["elapsed_s"] / 60.0 for h in hist]
-            label = f"{'G+H^B' if j.method == 'G+H' else 'reg'} {j.recipe}"
-            axes[0, col].plot(t, [h["val_nll"] for h in hist], style[(j.method, j.recipe)], label=label)
-            axes[1, col].plot(t, [h["val_ave"] for h in hist], style[(j.method, j.recipe)], label=label)
+            label = f"{'G+H^B' if j.method == 'G+H' else 'reg'} {j.recipe}{j.tag}"
+            fmt = style[(j.method, j.recipe)].replace("-", ":") if j.tag else style[(j.method, j.recipe)]
+            axes[0, col].plot(t, [h["val_nll"] for h in hist], fmt, label=label)
+            axes[1, col].plot(t, [h["val_ave"] for h in hist], fmt, label=label)
         axes[0, col].set_title(f"{flights} flights, {budget:g} min")
         axes[0, col].set_ylim(top=2.0)
         axes[1, col].set_xlabel("wall time [min]")
