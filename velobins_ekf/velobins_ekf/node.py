@@ -147,6 +147,9 @@ class EkfNode(Node):
         self.drops = DropCounter(self)
         self.imu_frame = ImuFrame(self, self.base_frame, cfg.imu_to_body, self.drops, cfg.imu_frame_timeout)
         self.filter = self._new_filter()
+        # Warm the filter's lazy imports (scipy's rotations) now: on the first odometry they stalled
+        # the callback long enough to overflow the IMU queue during a fast replay.
+        matrix_to_quat(np.eye(3))
         self._last_imu_t: float | None = None
         self._last_odom_t = -math.inf
         self._last_path_t = -math.inf

@@ -155,10 +155,10 @@ def test_graph_runs_the_shipped_model_by_name_with_its_overlay(flights: list, tm
         tmp_path / "bag",
         "crazyflie",
         tmp_path / "report",
-        rate=4.0,
+        rate=2.0,
         label="G+H^B",
         flight=seq.name,
-        timeout=90,
+        timeout=150,
         domain_id=ros_domain,
         params_files=[resolve_model("crazyflie").overlay],
     )

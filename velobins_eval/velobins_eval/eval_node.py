@@ -27,7 +27,7 @@ from std_msgs.msg import Bool
 
 from velobins_common.fields import param
 from velobins_msgs.msg import VelocityEstimate
-from velobins_ros import LATCHED_QOS, DropCounter, declare_config, run_node, stamp_to_sec
+from velobins_ros import LATCHED_QOS, DropCounter, declare_config, run_node, running, stamp_to_sec
 
 from .report import write_report
 from .scoring import FlightRecord, GroundTruth
@@ -204,7 +204,7 @@ def _sorted_unique(rows: np.ndarray) -> np.ndarray:
 
 def _spin(node: EvalNode) -> None:
     """Spin until the report is written (when exit_after_report), writing it once it is due."""
-    while rclpy.ok() and not (node.due() and node.config.exit_after_report and node.report_written):
+    while running() and not (node.due() and node.config.exit_after_report and node.report_written):
         rclpy.spin_once(node, timeout_sec=0.1)
         if node.due():
             node.write()

@@ -26,7 +26,7 @@ from rosgraph_msgs.msg import Clock
 from std_msgs.msg import Bool
 
 from velobins_common.fields import param
-from velobins_ros import LATCHED_QOS, declare_config, run_node
+from velobins_ros import LATCHED_QOS, declare_config, run_node, running
 
 from . import bag
 
@@ -121,7 +121,7 @@ class ReplayNode(Node):
             counts = {topic: self.publishers_by_topic[topic].get_subscription_count() for topic in wanted}
             return {topic: f"{counts[topic]}/{n}" for topic, n in wanted.items() if counts[topic] < n}
 
-        while rclpy.ok() and missing() and time.monotonic() < deadline:
+        while running() and missing() and time.monotonic() < deadline:
             time.sleep(0.05)
         if missing():
             self.get_logger().warning(f"subscribers still missing after {self.config.wait_timeout:g} s: {missing()}")
@@ -131,12 +131,12 @@ class ReplayNode(Node):
     def _play(self) -> None:
         self._wait_for_subscribers()
         time.sleep(self.config.start_delay)
-        while rclpy.ok():
+        while running():
             t_bag0 = self.messages[0][0]
             t_wall0 = time.monotonic()
             last_clock = None
             for stamp, topic, raw in self.messages:
-                if not rclpy.ok():
+                if not running():
                     return
                 wait = t_wall0 + (stamp - t_bag0) * 1e-9 / self.config.rate - time.monotonic()
                 if wait > 0:
@@ -166,7 +166,7 @@ def _ros_type(msgtype: str):
 
 def _spin(node: ReplayNode) -> None:
     """Spin until the flight has been published (unless looping or told to stay up)."""
-    while rclpy.ok() and not (node.done.is_set() and node.config.exit_on_end and not node.config.loop):
+    while running() and not (node.done.is_set() and node.config.exit_on_end and not node.config.loop):
         rclpy.spin_once(node, timeout_sec=0.1)
     if node.done.is_set():
         time.sleep(0.5)  # let the latched finished flag and the last messages go out

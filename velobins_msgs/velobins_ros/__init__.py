@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import signal
+import threading
 import time
 import typing
 from collections import Counter
@@ -211,8 +212,28 @@ class DropCounter:
         )
 
 
+_STOP = threading.Event()
+
+
 def _interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt
+    """First SIGINT/SIGTERM: ask the spin loop to stop (checked between callbacks, never raised
+    inside one: an exception raised while rclpy converts a message surfaces as a RuntimeError).
+    A second signal forces the way out."""
+    if _STOP.is_set():
+        raise KeyboardInterrupt
+    _STOP.set()
+
+
+def running() -> bool:
+    """False once the node was asked to stop (SIGINT/SIGTERM) or the context shut down: the loop
+    condition of every spin loop of a :func:`run_node` node."""
+    return not _STOP.is_set() and rclpy.ok()
+
+
+def _spin(node: Node) -> None:
+    """``rclpy.spin`` that returns when :func:`running` turns False (checked every 0.1 s)."""
+    while running():
+        rclpy.spin_once(node, timeout_sec=0.1)
 
 
 def run_node(
@@ -229,8 +250,9 @@ def run_node(
 
     rclpy's own signal handler is off: it shuts the context down on SIGINT before the node can log
     its drop summary, which then fails with "Failed to publish log message to rosout". Here SIGINT
-    (Ctrl-C, ``ros2 launch`` stopping) and SIGTERM raise KeyboardInterrupt in the spin instead, so
-    the summary goes out on a live context and the node then shuts down in order.
+    (Ctrl-C, ``ros2 launch`` stopping) and SIGTERM end the spin loop between callbacks
+    (:func:`running`), so the summary goes out on a live context and the node then shuts down in
+    order.
 
     ``spin(node)`` replaces ``rclpy.spin`` for nodes that end by themselves (replay, eval);
     ``on_stop(node)`` runs before the node is destroyed, also after Ctrl-C (e.g. write the report).
@@ -241,7 +263,7 @@ def run_node(
     node = None
     try:
         node = factory()
-        (spin or rclpy.spin)(node)
+        (spin or _spin)(node)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     except Exception as exc:
