@@ -158,7 +158,7 @@ def report(out: Path, docs: Path) -> None:
     (docs / "table.md").write_text("\n".join(lines) + "\n")
     script = [
         "#!/usr/bin/env bash",
-        "# The study's runs, in the order they ran (bench_recipe.py writes this file).",
+        "# The study's runs, in its priority order (bench_recipe.py --report writes this file).",
         "",
     ]
     script += ["source scripts/env.sh", f"python benchmarks/bench_recipe.py --out {out.relative_to(ROOT)}", ""]
