@@ -19,7 +19,6 @@ changed with ``ros2 param set``; the others are read-only.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from rcl_interfaces.msg import SetParametersResult
 from rclpy.node import Node
 from sensor_msgs.msg import Imu
 
+from velobins_common.constants import RPM_TO_RAD_PER_S
 from velobins_common.fields import param
 from velobins_common.health import CountDelta, RateMeter, SilenceAlarm, Status, Stream, net_status
 from velobins_msgs.msg import RotorSpeeds, VelocityEstimate
@@ -52,8 +52,6 @@ from .pretrained import resolve_checkpoint
 
 UNUSED_VARIANCE = 1.0e6
 """Variance put on the angular block of /velobins/twist: the network estimates no angular rate."""
-
-_RPM_TO_RAD_S = 2.0 * math.pi / 60.0
 
 
 @dataclass(frozen=True)
@@ -225,7 +223,7 @@ class VeloBinsNetNode(Node):
                 self.drops.drop("rotor_kind", f"kind {msg.kind}, model was trained on normalised commands")
                 return
         elif msg.kind == RotorSpeeds.KIND_RPM:
-            speeds = speeds * _RPM_TO_RAD_S
+            speeds = speeds * RPM_TO_RAD_PER_S
         elif msg.kind != RotorSpeeds.KIND_RAD_PER_SEC:
             self.drops.drop("rotor_kind", f"kind {msg.kind}, model was trained on rotor speeds")
             return
