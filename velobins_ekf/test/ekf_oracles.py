@@ -14,6 +14,28 @@ from dataclasses import dataclass
 import numpy as np
 
 from velobins_ekf.config import STANDARD_GRAVITY, EkfConfig
+from velobins_ekf.ekf import BA, BG, POS, ROT, VEL, NavState
+from velobins_ekf.so3 import so3_exp
+
+
+def generic_state(rotvec: tuple[float, float, float] = (0.3, -0.5, 1.1)) -> NavState:
+    """A generic filter state (tilted, moving, with biases) for Jacobian checks."""
+    from scipy.spatial.transform import Rotation
+
+    return NavState(
+        Rotation.from_rotvec(rotvec).as_matrix(),
+        np.array([1.5, -0.7, 0.4]),
+        np.array([3.0, 2.0, -1.0]),
+        np.array([0.05, -0.02, 0.1]),
+        np.array([0.01, 0.02, -0.03]),
+    )
+
+
+def plus(s: NavState, dx: np.ndarray) -> NavState:
+    """X ⊕ δx with the filter's convention (right rotation perturbation)."""
+    return NavState(
+        s.rot @ so3_exp(dx[ROT]), s.vel + dx[VEL], s.pos + dx[POS], s.acc_bias + dx[BA], s.gyro_bias + dx[BG]
+    )
 
 
 @dataclass(frozen=True)

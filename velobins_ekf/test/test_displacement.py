@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from ekf_oracles import AnalyticTrajectory, simulate_imu
-from scipy.spatial.transform import Rotation
+from ekf_oracles import AnalyticTrajectory, generic_state, plus, simulate_imu
 from scipy.stats import chi2
 
 from velobins_ekf import clone as cl
@@ -27,26 +26,9 @@ ACC = np.array([0.7, -1.3, 9.5])
 GYRO = np.array([0.9, -0.4, 1.7])
 
 
-def _state(rotvec=(0.3, -0.5, 1.1)) -> NavState:
-    return NavState(
-        Rotation.from_rotvec(rotvec).as_matrix(),
-        np.array([1.5, -0.7, 0.4]),
-        np.array([3.0, 2.0, -1.0]),
-        np.array([0.05, -0.02, 0.1]),
-        np.array([0.01, 0.02, -0.03]),
-    )
-
-
-def _plus(s: NavState, dx: np.ndarray) -> NavState:
-    """X ⊕ δx (right rotation perturbation, as the filter)."""
-    return NavState(
-        s.rot @ so3_exp(dx[ROT]), s.vel + dx[VEL], s.pos + dx[POS], s.acc_bias + dx[BA], s.gyro_bias + dx[BG]
-    )
-
-
 def _filter_with_clones(n_clones: int = 2, yaw_frame: bool = True) -> ErrorStateEkf:
     """A filter with ``n_clones`` clones 0.05 s apart and a correlated, full covariance."""
-    ekf = ErrorStateEkf(EkfConfig(displacement_yaw_frame=yaw_frame, init_sigma_vel=0.5), _state())
+    ekf = ErrorStateEkf(EkfConfig(displacement_yaw_frame=yaw_frame, init_sigma_vel=0.5), generic_state())
     for k in range(n_clones):
         for _ in range(10):
             ekf.propagate(0.005, ACC, GYRO)
@@ -57,13 +39,13 @@ def _filter_with_clones(n_clones: int = 2, yaw_frame: bool = True) -> ErrorState
 
 
 def test_clone_jacobian_matches_numerical_differentiation_and_augment_is_j_p_jt() -> None:
-    s0 = _state()
+    s0 = generic_state()
     eps = 1e-6
     j_num = np.zeros((cl.CLONE_DIM, DIM))
     for k in range(DIM):
         dx = np.zeros(DIM)
         dx[k] = eps
-        up, dn = _plus(s0, dx), _plus(s0, -dx)
+        up, dn = plus(s0, dx), plus(s0, -dx)
         j_num[:, k] = np.concatenate([so3_log(dn.rot.T @ up.rot), up.pos - dn.pos]) / (2 * eps)
     np.testing.assert_allclose(cl.clone_jacobian(), j_num, atol=1e-9)
 
@@ -93,7 +75,7 @@ def test_measurement_jacobian_matches_numerical_differentiation(yaw_frame: bool)
             dx[k] = sign * eps
             c = clones.copy()
             cl.inject_clones(c, dx[DIM:], np.zeros((n, n)))
-            vals.append(disp.predict(_plus(st, dx[:DIM]), c, 1, yaw_frame))
+            vals.append(disp.predict(plus(st, dx[:DIM]), c, 1, yaw_frame))
         h_num[:, k] = (vals[0] - vals[1]) / (2 * eps)
     np.testing.assert_allclose(h, h_num, atol=1e-8)
     assert np.abs(h[:, DIM:]).max() > 0.5  # the clone columns are exercised
@@ -119,7 +101,7 @@ def test_clones_propagate_as_constants_only_through_the_cross_terms() -> None:
         np.testing.assert_allclose(cl.assemble(ekf.cov, ekf.clones), expected, rtol=1e-9, atol=1e-14)
 
 
-def test_displacement_update_is_the_textbook_kalman_update_on_the_augmented_state() -> None:
+def test_displacement_update_is_the_textbook_kalman_update_on_the_augmentedtest_state() -> None:
     ekf = _filter_with_clones(2)
     st, clones = ekf.state.copy(), ekf.clones.copy()
     p = cl.assemble(ekf.cov, clones)
@@ -168,7 +150,7 @@ def test_marginalising_a_clone_keeps_the_other_blocks_and_max_clones_is_a_bound(
     keep = np.r_[0 : DIM + 6, DIM + 12 : DIM + 18]
     np.testing.assert_array_equal(cl.assemble(ekf.cov, ekf.clones), full[np.ix_(keep, keep)])
     assert ekf.clones.stamps == [0.0, 0.1]
-    small = ErrorStateEkf(EkfConfig(max_clones=2), _state())
+    small = ErrorStateEkf(EkfConfig(max_clones=2), generic_state())
     assert [small.clone_pose(t) for t in (0.0, 0.1, 0.2)] == [False, False, True]
     assert small.clones.stamps == [0.1, 0.2]
 

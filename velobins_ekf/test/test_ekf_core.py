@@ -4,33 +4,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from scipy.spatial.transform import Rotation
+from ekf_oracles import generic_state, plus
 
 from velobins_ekf.config import EkfConfig
-from velobins_ekf.ekf import BA, BG, DIM, POS, ROT, VEL, ErrorStateEkf, NavState
-from velobins_ekf.so3 import right_jacobian, so3_exp, so3_log
+from velobins_ekf.ekf import BA, BG, DIM, ROT, VEL, ErrorStateEkf, NavState
+from velobins_ekf.so3 import right_jacobian, so3_log
 
 DT = 0.01  # a long step so the second-order terms of F are clearly exercised
 ACC = np.array([0.7, -1.3, 9.5])
 GYRO = np.array([0.9, -0.4, 1.7])
-
-
-def _state() -> NavState:
-    rot = Rotation.from_rotvec([0.3, -0.5, 1.1]).as_matrix()
-    return NavState(
-        rot,
-        np.array([1.5, -0.7, 0.4]),
-        np.array([3.0, 2.0, -1.0]),
-        np.array([0.05, -0.02, 0.1]),
-        np.array([0.01, 0.02, -0.03]),
-    )
-
-
-def _plus(s: NavState, dx: np.ndarray) -> NavState:
-    """X ⊕ δx with the filter's convention (right rotation perturbation)."""
-    return NavState(
-        s.rot @ so3_exp(dx[ROT]), s.vel + dx[VEL], s.pos + dx[POS], s.acc_bias + dx[BA], s.gyro_bias + dx[BG]
-    )
 
 
 def _minus(a: NavState, b: NavState) -> np.ndarray:
@@ -47,9 +29,11 @@ def _propagated(s: NavState, acc: np.ndarray = ACC, gyro: np.ndarray = GYRO) -> 
 
 
 # a normal rate, and one whose bias-corrected half angle is below so3.SMALL_ANGLE (series branch)
-@pytest.mark.parametrize("gyro", [GYRO, _state().gyro_bias + np.array([2e-3, -1e-3, 1e-3])], ids=["rate", "tiny"])
+@pytest.mark.parametrize(
+    "gyro", [GYRO, generic_state().gyro_bias + np.array([2e-3, -1e-3, 1e-3])], ids=["rate", "tiny"]
+)
 def test_transition_matrix_matches_numerical_differentiation(gyro: np.ndarray) -> None:
-    s0 = _state()
+    s0 = generic_state()
     nominal, ekf = _propagated(s0, gyro=gyro)
     f = ekf.transition_matrix()
     eps = 1e-6
@@ -57,8 +41,8 @@ def test_transition_matrix_matches_numerical_differentiation(gyro: np.ndarray) -
     for j in range(DIM):
         dx = np.zeros(DIM)
         dx[j] = eps
-        up = _minus(_propagated(_plus(s0, dx), gyro=gyro)[0], nominal)
-        dn = _minus(_propagated(_plus(s0, -dx), gyro=gyro)[0], nominal)
+        up = _minus(_propagated(plus(s0, dx), gyro=gyro)[0], nominal)
+        dn = _minus(_propagated(plus(s0, -dx), gyro=gyro)[0], nominal)
         f_num[:, j] = (up - dn) / (2 * eps)
     np.testing.assert_allclose(f, f_num, atol=2e-9)
     # the second-order blocks are not negligible at this dt: a wrong F would fail above
@@ -67,7 +51,7 @@ def test_transition_matrix_matches_numerical_differentiation(gyro: np.ndarray) -
 
 def test_noise_jacobian_is_bias_columns_and_q_matches_density() -> None:
     """Perturbing the IMU input moves the error like a bias error of opposite sign; Q = G W Gᵀ."""
-    s0 = _state()
+    s0 = generic_state()
     nominal, ekf = _propagated(s0)
     f = ekf.transition_matrix()
     eps = 1e-6
@@ -92,7 +76,7 @@ def test_noise_jacobian_is_bias_columns_and_q_matches_density() -> None:
 
 
 def test_covariance_propagation_is_f_p_ft_plus_q() -> None:
-    s0 = _state()
+    s0 = generic_state()
     ekf = ErrorStateEkf(EkfConfig(), s0)
     p0 = ekf.covariance
     ekf.propagate(DT, ACC, GYRO)
@@ -101,7 +85,7 @@ def test_covariance_propagation_is_f_p_ft_plus_q() -> None:
 
 
 def test_measurement_jacobian_matches_numerical_differentiation() -> None:
-    s0 = _state()
+    s0 = generic_state()
     ekf = ErrorStateEkf(EkfConfig(), s0)
     h = ekf.measurement_jacobian()
     eps = 1e-6
@@ -109,13 +93,13 @@ def test_measurement_jacobian_matches_numerical_differentiation() -> None:
     for j in range(DIM):
         dx = np.zeros(DIM)
         dx[j] = eps
-        sp, sm = _plus(s0, dx), _plus(s0, -dx)
+        sp, sm = plus(s0, dx), plus(s0, -dx)
         h_num[:, j] = (sp.rot.T @ sp.vel - sm.rot.T @ sm.vel) / (2 * eps)
     np.testing.assert_allclose(h, h_num, atol=1e-9)
 
 
 def test_update_matches_textbook_kalman_and_injects_with_reset() -> None:
-    s0 = _state()
+    s0 = generic_state()
     ekf = ErrorStateEkf(EkfConfig(), s0)
     p = ekf.covariance
     z = s0.body_velocity + np.array([0.2, -0.1, 0.05])
@@ -142,7 +126,7 @@ def test_update_matches_textbook_kalman_and_injects_with_reset() -> None:
 
 
 def test_gate_rejects_outlier_only_when_enabled() -> None:
-    s0 = _state()
+    s0 = generic_state()
     z = s0.body_velocity + np.array([50.0, 0.0, 0.0])
     r = np.eye(3) * 0.01
     gated = ErrorStateEkf(EkfConfig(gate_enabled=True, gate_threshold=16.27), s0)
@@ -155,7 +139,7 @@ def test_gate_rejects_outlier_only_when_enabled() -> None:
 
 
 def test_update_rejects_invalid_inputs_with_named_field() -> None:
-    ekf = ErrorStateEkf(EkfConfig(), _state())
+    ekf = ErrorStateEkf(EkfConfig(), generic_state())
     with pytest.raises(ValueError, match="z_body"):
         ekf.update_velocity(np.array([np.nan, 0, 0]), np.eye(3))
     with pytest.raises(ValueError, match="meas_cov"):
@@ -163,7 +147,7 @@ def test_update_rejects_invalid_inputs_with_named_field() -> None:
 
 
 def test_pose_covariance_ros_order_and_world_rotation() -> None:
-    s0 = _state()
+    s0 = generic_state()
     ekf = ErrorStateEkf(EkfConfig(init_sigma_pos=0.3, init_sigma_rot=0.02, init_sigma_yaw=0.5), s0)
     pc = ekf.pose_covariance_ros()
     np.testing.assert_allclose(pc[0:3, 0:3], np.eye(3) * 0.09)
