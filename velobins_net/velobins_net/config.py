@@ -35,6 +35,22 @@ ROTOR_KINDS = ("rpm", "pwm")
 BIN_ENCODINGS = ("direct", "pe", "spe")
 """Bin encodings of the bin decoder (§III-B, §V-D "Bin Encoding")."""
 
+METHODS = ("velobins", "tlio", "eqnio", "imo", "airio")
+"""Network families (paper Table I). ``velobins`` is :class:`velobins_net.model.VeloBinsNet` (the bin
+decoder, or with ``head="reg"`` the AI-IO regression baseline); the others are the baselines of
+:mod:`velobins_net.baselines`."""
+
+DISPLACEMENT_METHODS = ("tlio", "eqnio", "imo")
+"""Methods that regress the displacement over the window, in the gravity-aligned frame of the
+window's first sample (:mod:`velobins_ekf.displacement`), instead of the body velocity at its last."""
+
+ATTITUDE_METHODS = ("tlio", "eqnio", "imo", "airio")
+"""Methods whose input needs the body->world attitude of every window sample (ground truth in
+training, the filter's estimate at inference): 9 more raw channels, R row-major."""
+
+ATTITUDE_CHANNELS = 9
+"""Raw channels of the attitude input: the body->world rotation matrix, row-major."""
+
 
 @dataclass(frozen=True)
 class ModelConfig:
@@ -65,6 +81,7 @@ class ModelConfig:
             variant it was trained as). The source is an inference-time choice: ``VeloBinsNet.forward``,
             ``StreamingPredictor`` and ``ExportWrapper`` take ``uncertainty=`` per call.
         velocity_range: R [m/s]; bins span [−R, R] on every axis.
+        method: network family, one of :data:`METHODS` (checkpoints without it are ``velobins``).
     """
 
     num_rotors: int = 4
@@ -86,11 +103,16 @@ class ModelConfig:
     cov_head: bool = False
     uncertainty: str = "B"
     velocity_range: float = 5.0
+    method: str = "velobins"
 
     def __post_init__(self) -> None:
         def bad(field_name: str, why: str) -> ValueError:
             return ValueError(f"ModelConfig.{field_name}: {why}")
 
+        if self.method not in METHODS:
+            raise bad("method", f"must be one of {METHODS}, got {self.method!r}")
+        if self.method != "velobins" and (self.head != "reg" or self.uncertainty != "C"):
+            raise bad("head", f"method {self.method!r} has its own covariance head: needs head='reg', uncertainty='C'")
         if self.rotor_kind not in ROTOR_KINDS:
             raise bad("rotor_kind", f"must be one of {ROTOR_KINDS}, got {self.rotor_kind!r}")
         if self.num_rotors < 1:
@@ -122,9 +144,24 @@ class ModelConfig:
         return round(self.window_s * self.rate_hz)
 
     @property
-    def input_channels(self) -> int:
-        """Raw input channels: acc (3) + gyro (3) + rotor (K)."""
+    def attitude_input(self) -> bool:
+        """Whether the raw window carries the attitude (R row-major) after the rotor channels."""
+        return self.method in ATTITUDE_METHODS
+
+    @property
+    def output_kind(self) -> str:
+        """``"displacement"`` (TLIO, EqNIO, IMO) or ``"velocity"`` (body velocity: VeloBins, AI-IO, AirIO)."""
+        return "displacement" if self.method in DISPLACEMENT_METHODS else "velocity"
+
+    @property
+    def sensor_channels(self) -> int:
+        """acc (3) + gyro (3) + rotor (K): the channels that are normalised."""
         return 6 + self.num_rotors
+
+    @property
+    def input_channels(self) -> int:
+        """Raw input channels: acc (3) + gyro (3) + rotor (K) [+ attitude R row-major (9)]."""
+        return self.sensor_channels + (ATTITUDE_CHANNELS if self.attitude_input else 0)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict for checkpoints."""

@@ -53,6 +53,8 @@ class NetOutput(NamedTuple):
             log √2·b of its Laplace kernel.
         rtmo_sigma: (B, 3) RTMO's bounded σ ∈ [10⁻³, 0.1) of the M variants' head (the loss's
             input, :func:`velobins_net.losses.rtmo_mle_loss`), or None for other heads.
+        cov: (B, 3, 3) full covariance of ``v`` when the method predicts one that is not diagonal
+            (EqNIO: diagonal in its canonical frame, rotated back); None: diag(var).
     """
 
     v: torch.Tensor
@@ -61,6 +63,7 @@ class NetOutput(NamedTuple):
     bin_var: torch.Tensor | None
     log_sigma: torch.Tensor | None
     rtmo_sigma: torch.Tensor | None = None
+    cov: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
