@@ -18,7 +18,7 @@ import torch
 from velobins_common.outputs import atomic_path
 
 from .config import CHECKPOINT_FORMAT_VERSION, ModelConfig
-from .model import VeloBinsNet
+from .model import VeloBinsNet, build_model
 
 REQUIRED_KEYS = ("format_version", "model_config", "variant", "bins", "normalization", "model_state")
 
@@ -104,13 +104,13 @@ def read_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     return ckpt
 
 
-def model_from_checkpoint(ckpt: dict[str, Any], path: str | Path = "<checkpoint>") -> VeloBinsNet:
+def model_from_checkpoint(ckpt: dict[str, Any], path: str | Path = "<checkpoint>") -> VeloBinsNet:  # or a baseline
     """Rebuild the model (eval mode) from a checkpoint dict; errors name ``path`` and the field."""
     try:
         cfg = ModelConfig.from_dict(dict(ckpt["model_config"]), source=str(path))
     except (TypeError, ValueError) as exc:
         raise CheckpointError(path, f"field 'model_config' is invalid: {exc}") from exc
-    model = VeloBinsNet(cfg)
+    model = build_model(cfg)
     try:
         model.load_state_dict(ckpt["model_state"])
     except RuntimeError as exc:

@@ -9,6 +9,11 @@ only (the true velocity at each grid stamp). All flights are stored
 back to back in one contiguous float32 array; a window is only an end index into it, so a
 batch is a single vectorised gather (no per-item Python work). The target of a window is the
 body-frame velocity Rᵀv at its last sample (§III-B, "last-step feature").
+
+Baselines (:data:`velobins_net.config.ATTITUDE_METHODS`) also get the ground-truth attitude of every
+sample (R row-major, slerp-resampled) as 9 more input channels, and the displacement methods the
+displacement over the window ending at each sample, in the gravity-aligned frame of its first
+sample (:func:`velobins_net.baselines.frames.displacement_target`), as target.
 """
 
 from __future__ import annotations
@@ -49,6 +54,16 @@ class SequenceLike(Protocol):
         ...
 
 
+def attitude_columns(t: np.ndarray, q: np.ndarray, grid: np.ndarray) -> np.ndarray:
+    """(len(grid), 9) body->world rotation matrices, row-major, slerp-interpolated from quaternions
+    ``q`` (x, y, z, w) stamped ``t`` (held at the ends)."""
+    from scipy.spatial.transform import Rotation, Slerp
+
+    g = np.clip(np.asarray(grid, dtype=np.float64), t[0], t[-1])
+    rot = Rotation.from_quat(q) if np.array_equal(t, grid) else Slerp(t, Rotation.from_quat(q))(g)
+    return rot.as_matrix().reshape(-1, 9)
+
+
 def resample(
     t: np.ndarray, values: np.ndarray, rate_hz: float, antialias: bool = True
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -77,9 +92,19 @@ def sequence_arrays(seq: SequenceLike, cfg: ModelConfig) -> tuple[np.ndarray, np
     if seq.rotor.ndim != 2 or seq.rotor.shape[1] != cfg.num_rotors:
         raise ValueError(f"{src}: field 'rotor' has shape {seq.rotor.shape}, model expects K={cfg.num_rotors}")
     t = np.asarray(seq.t, dtype=np.float64)
-    _, inputs = resample(t, np.concatenate([seq.acc, seq.gyro, seq.rotor], axis=1), cfg.rate_hz)
-    _, targets = resample(t, seq.body_velocity(), cfg.rate_hz, antialias=False)
-    return np.asarray(inputs), np.asarray(targets)
+    grid, inputs = resample(t, np.concatenate([seq.acc, seq.gyro, seq.rotor], axis=1), cfg.rate_hz)
+    if not cfg.attitude_input:
+        _, targets = resample(t, seq.body_velocity(), cfg.rate_hz, antialias=False)
+        return np.asarray(inputs), np.asarray(targets)
+    rot = attitude_columns(t, np.asarray(seq.q, dtype=np.float64), grid)  # type: ignore[attr-defined]
+    inputs = np.concatenate([inputs, rot], axis=1)
+    if cfg.output_kind == "velocity":
+        _, targets = resample(t, seq.body_velocity(), cfg.rate_hz, antialias=False)
+        return inputs, np.asarray(targets)
+    from .baselines.frames import displacement_target
+
+    _, pos = resample(t, np.asarray(seq.p, dtype=np.float64), cfg.rate_hz, antialias=False)  # type: ignore[attr-defined]
+    return inputs, displacement_target(np.asarray(pos), rot, cfg.window_len)
 
 
 class WindowDataset(Dataset):
@@ -135,9 +160,13 @@ class Normalization:
     std: np.ndarray
 
 
-def fit_normalization(inputs: torch.Tensor, rotor_kind: str) -> Normalization:
-    """Mean/std per channel of the training inputs (S, 6+K), after the rotor transform (ω² for rpm)."""
-    x = inputs.to(torch.float64)
+def fit_normalization(inputs: torch.Tensor, rotor_kind: str, channels: int | None = None) -> Normalization:
+    """Mean/std per channel of the training inputs (S, 6+K), after the rotor transform (ω² for rpm).
+
+    ``channels``: only the first ``channels`` columns (the sensor channels; attitude columns of the
+    baselines are not normalised); None: all.
+    """
+    x = inputs[:, :channels].to(torch.float64)
     if rotor_kind == "rpm":
         x = torch.cat([x[:, :6], x[:, 6:].square()], dim=1)
     mean = x.mean(0)

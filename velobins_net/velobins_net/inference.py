@@ -24,12 +24,22 @@ from velobins_common.fields import param
 from velobins_common.params import load_section
 
 from .accel import kernel_status
+from .attitude import attitude_window
 from .checkpoint import model_from_checkpoint, read_checkpoint
 from .decoders import UNCERTAINTY_SOURCES, check_uncertainty
 from .model import VeloBinsNet
 from .resample import antialias_warmup, to_model_grid
 
-REASONS = ("ok", "rate_limited", "insufficient_imu", "no_rotor", "rotor_stale", "out_of_order", "non_finite")
+REASONS = (
+    "ok",
+    "rate_limited",
+    "insufficient_imu",
+    "no_rotor",
+    "rotor_stale",
+    "no_attitude",
+    "out_of_order",
+    "non_finite",
+)
 """Outcome names counted by :class:`StreamingPredictor`."""
 
 
@@ -44,15 +54,27 @@ class Prediction:
 
     Attributes:
         stamp: time of the window's last sample (the latest IMU stamp) [s].
-        velocity: (3,) body-frame velocity v̂ [m/s].
-        variance: (3,) its variance σ̂² [m²/s²] (diagonal covariance).
+        velocity: (3,) the network's output: body-frame velocity v̂ [m/s], or for a displacement
+            method (``kind``) the displacement over [t_start, stamp] in the gravity-aligned frame
+            of t_start [m].
+        variance: (3,) its variance σ̂² [m²/s² or m²] (the diagonal of ``covariance``).
         probs: (3, N) bin distribution π, or None (not requested / regression model).
+        kind: ``"velocity"`` or ``"displacement"`` (``ModelConfig.output_kind``).
+        t_start: time of the window's first sample [s].
+        covariance: (3, 3) full covariance when the method predicts one (EqNIO), else None (diagonal).
     """
 
     stamp: float
     velocity: np.ndarray
     variance: np.ndarray
     probs: np.ndarray | None = None
+    kind: str = "velocity"
+    t_start: float = float("nan")
+    covariance: np.ndarray | None = None
+
+    def covariance_matrix(self) -> np.ndarray:
+        """(3, 3) covariance: ``covariance`` when given, else diag(``variance``)."""
+        return self.covariance if self.covariance is not None else np.diag(self.variance)
 
 
 def next_update_slot(last_slot: float | None, t: float, sample_dt: float, period: float) -> float | None:
@@ -135,9 +157,12 @@ class PredictorConfig:
     variance_scale: float = param(1.0, min=1e-6, max=1e6, live=True)
     """Factor on the reported (decoded) variance, the covariance handed to the EKF. 1 = the paper's
     unscaled bin variance (reproduction); `velobins calibrate` can fit it on held-out flights."""
+    max_attitude_age: float = param(0.1, min=0.001, max=10.0, live=True)
+    """Baselines with attitude input (TLIO, EqNIO, IMO, AirIO): the newest filter attitude may lag the
+    newest IMU sample by at most this much [s] (it is carried forward with the gyro); else no estimate."""
 
     def __post_init__(self) -> None:
-        for name in ("update_rate", "max_rotor_age", "max_imu_rate", "variance_scale"):
+        for name in ("update_rate", "max_rotor_age", "max_imu_rate", "variance_scale", "max_attitude_age"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"PredictorConfig.{name}: must be > 0, got {getattr(self, name)!r}")
         if self.uncertainty and self.uncertainty not in UNCERTAINTY_SOURCES:
@@ -171,15 +196,18 @@ class StreamingPredictor:
         self.model = model.eval()
         cfg = model.cfg
         self.uncertainty = config.uncertainty or cfg.uncertainty
-        check_uncertainty(self.uncertainty, model.bins is not None, model.cov is not None)
+        check_uncertainty(self.uncertainty, _has(model, "bins"), _has(model, "cov"))
         self.window_len = cfg.window_len
         self.rate_hz = cfg.rate_hz
         self.period = 1.0 / config.update_rate
         self.max_rotor_age = config.max_rotor_age
-        self.return_probs = return_probs and model.bins is not None
+        self.return_probs = return_probs and _has(model, "bins")
         keep = int(np.ceil((cfg.window_s + 0.5) * config.max_imu_rate)) + 8
         self._imu = _Ring(6, keep)
         self._rotor = _Ring(cfg.num_rotors, keep)
+        self.needs_attitude = cfg.attitude_input
+        self.kind = cfg.output_kind
+        self._attitude = _Ring(4, keep)
         self._offsets = (np.arange(self.window_len) - (self.window_len - 1)) / self.rate_hz
         self._last_slot: float | None = None
         self.counts: Counter[str] = Counter()
@@ -195,7 +223,7 @@ class StreamingPredictor:
         if config.max_imu_rate != self.config.max_imu_rate:
             raise ValueError("StreamingPredictor.set_config: max_imu_rate sizes the buffers; build a new predictor")
         uncertainty = config.uncertainty or self.model.cfg.uncertainty
-        check_uncertainty(uncertainty, self.model.bins is not None, self.model.cov is not None)
+        check_uncertainty(uncertainty, _has(self.model, "bins"), _has(self.model, "cov"))
         self.config = config
         self.uncertainty = uncertainty
         self.period = 1.0 / config.update_rate
@@ -227,8 +255,21 @@ class StreamingPredictor:
         self._rotor.append(float(t), row)
         return True
 
+    def push_attitude(self, t: float, quat: np.ndarray) -> bool:
+        """Add one body->world attitude estimate (x, y, z, w) of the filter (methods with attitude
+        input; ignored otherwise); False if rejected. A stamp not after the newest replaces nothing."""
+        q = np.asarray(quat, dtype=np.float64).reshape(-1)
+        if q.shape != (4,) or not np.all(np.isfinite(q)) or not np.isfinite(t) or not np.linalg.norm(q) > 0:
+            self.counts["non_finite"] += 1
+            return False
+        last = self._attitude.last_t
+        if last is not None and t <= last:
+            return False
+        self._attitude.append(float(t), q / np.linalg.norm(q))
+        return True
+
     def window(self) -> tuple[float, np.ndarray] | str:
-        """(stamp, (T, 6+K) window) on the grid ending at the latest IMU stamp, or the reason why not."""
+        """(stamp, (T, 6+K[+9]) window) on the grid ending at the latest IMU stamp, or the reason why not."""
         t_imu, x_imu = self._imu.view()
         if len(t_imu) < 2:
             return "insufficient_imu"
@@ -244,7 +285,14 @@ class StreamingPredictor:
         if not self._rotor.covers(grid[0], self.rate_hz):
             return "rotor_stale"
         imu = to_model_grid(grid, t_imu, x_imu, self.rate_hz)
-        return stamp, np.concatenate([imu, to_model_grid(grid, t_rot, x_rot, self.rate_hz)], axis=1)
+        parts = [imu, to_model_grid(grid, t_rot, x_rot, self.rate_hz)]
+        if self.needs_attitude:
+            t_att, q_att = self._attitude.view()
+            rot = attitude_window(grid, t_att, q_att, imu[:, 3:6], self.config.max_attitude_age)
+            if rot is None:
+                return "no_attitude"
+            parts.append(rot)
+        return stamp, np.concatenate(parts, axis=1)
 
     def step(self) -> Prediction | None:
         """Run the network if an update is due (:func:`next_update_slot`, by IMU stamps) and data
@@ -272,5 +320,15 @@ class StreamingPredictor:
         if self.return_probs and out.logits is not None:
             probs = torch.softmax(out.logits[0], dim=-1).cpu().numpy()
         self.counts["ok"] += 1
-        variance = out.var[0].cpu().numpy().astype(np.float64) * self.config.variance_scale
-        return Prediction(stamp, out.v[0].cpu().numpy().astype(np.float64), variance, probs)
+        scale = self.config.variance_scale
+        variance = out.var[0].cpu().numpy().astype(np.float64) * scale
+        cov = None if out.cov is None else out.cov[0].cpu().numpy().astype(np.float64) * scale
+        t_start = stamp + float(self._offsets[0])
+        return Prediction(stamp, out.v[0].cpu().numpy().astype(np.float64), variance, probs, self.kind, t_start, cov)
+
+
+def _has(model: torch.nn.Module, head: str) -> bool:
+    """Whether the model carries the ``bins`` or ``cov`` head (baselines have their own covariance head)."""
+    if head == "cov" and model.cfg.method != "velobins":
+        return True
+    return getattr(model, head, None) is not None

@@ -105,12 +105,17 @@ def variant_loss(
         v: (B, 3) target body velocity.
         grid: bin grid (labels).
         centres: (N,) bin centres on the model's device.
-        use_nll: regression baseline only: True once past the Huber warm-up epochs.
+        use_nll: regression baseline and Table I baselines: True once past the warm-up epochs
+            (Huber, or the baseline's own first phase).
         label_fn: builds the KL labels (the straightforward benchmark baseline passes the
             reference solver of the tests).
     """
     terms: dict[str, torch.Tensor] = {}
-    if variant.is_regression:
+    if variant.is_baseline:
+        from .baselines.losses import baseline_loss
+
+        terms[variant.method] = baseline_loss(variant.method, out, v, use_nll)
+    elif variant.is_regression:
         assert out.log_sigma is not None
         if use_nll:
             terms["nll"] = gaussian_nll_sum_over_axes(out.v, out.log_sigma, v)

@@ -184,6 +184,10 @@ class VeloBinsNet(nn.Module):
             torch.cat(weights, dim=1), torch.cat(biases), n, bin_cols, features_t, centres, self.cov is not None, span
         )
 
+    def set_normalization(self, mean: torch.Tensor, std: torch.Tensor) -> None:
+        """Install the training-set statistics of the sensor channels (:meth:`Encoder.set_normalization`)."""
+        self.encoder.set_normalization(mean, std)
+
     def invalidate_cache(self) -> None:
         """Forget the derived-weight caches; needed only after editing parameters through ``.data``.
 
@@ -192,6 +196,16 @@ class VeloBinsNet(nn.Module):
         """
         self._cache.clear()
         self.encoder._cache.clear()
+
+
+def build_model(cfg: ModelConfig) -> nn.Module:
+    """The network of ``cfg.method``: :class:`VeloBinsNet`, or a Table I baseline
+    (:func:`velobins_net.baselines.build`); every one maps a raw window to a :class:`NetOutput`."""
+    if cfg.method == "velobins":
+        return VeloBinsNet(cfg)
+    from .baselines import build
+
+    return build(cfg)
 
 
 def count_parameters(module: nn.Module) -> int:

@@ -37,7 +37,7 @@ from .bins import BinGrid, velocity_range_from
 from .checkpoint import CheckpointError, git_commit, read_checkpoint, save_checkpoint
 from .config import ModelConfig, config_differences
 from .data import SequenceLike, WindowDataset, describe_sources, fit_normalization
-from .model import VeloBinsNet
+from .model import build_model
 from .schedule import (
     LR_SCHEDULES,
     BudgetPlanner,
@@ -208,12 +208,14 @@ def _pick_device(name: str, local_rank: int) -> torch.device:
 
 def resolve_model_config(cfg: TrainConfig, variant: Variant, velocity_range: float) -> ModelConfig:
     """The model config implied by the variant and the training set's R."""
+    own_head = variant.is_regression or variant.is_baseline
     return dataclasses.replace(
         cfg.model,
-        head="reg" if variant.is_regression else "bins",
-        cov_head=variant.needs_cov_head and not variant.is_regression,
+        head="reg" if own_head else "bins",
+        cov_head=variant.needs_cov_head and not own_head,
         uncertainty=variant.uncertainty,
         velocity_range=float(velocity_range),
+        method=variant.method,
     )
 
 
@@ -277,10 +279,10 @@ def train(
     r = cfg.velocity_range or velocity_range_from([train_ds.targets.numpy()])
     mcfg = resolve_model_config(cfg, variant, r)
     grid = BinGrid(mcfg.num_bins, mcfg.velocity_range)
-    norm = fit_normalization(train_ds.inputs, mcfg.rotor_kind)
+    norm = fit_normalization(train_ds.inputs, mcfg.rotor_kind, mcfg.sensor_channels)
 
-    core = VeloBinsNet(mcfg)
-    core.encoder.set_normalization(torch.from_numpy(norm.mean).float(), torch.from_numpy(norm.std).float())
+    core = build_model(mcfg)
+    core.set_normalization(torch.from_numpy(norm.mean).float(), torch.from_numpy(norm.std).float())
     core.to(device)
     optimizer = make_optimizer(core.parameters(), cfg.lr)
     start_epoch, best_value, best_epoch, spent_before = 0, math.inf, -1, 0.0
@@ -348,7 +350,7 @@ def train(
         )
         t0 = time.perf_counter()
         nll_start = cfg.nll_start_epoch if planner is None else round(cfg.nll_start_epoch * planned / cfg.epochs)
-        use_nll = variant.is_regression and epoch >= nll_start
+        use_nll = (variant.is_regression or variant.is_baseline) and epoch >= nll_start
         total_steps = planned * steps_per_epoch
 
         def schedule(i: int, first: int = epoch * steps_per_epoch, total: int = total_steps) -> tuple[float, float]:

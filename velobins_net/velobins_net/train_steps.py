@@ -136,7 +136,7 @@ def train_epoch(
     import time
 
     model.train()
-    centres = core.bins.centres if core.bins is not None else torch.empty(0, device=device)
+    centres = core.bins.centres if getattr(core, "bins", None) is not None else torch.empty(0, device=device)
     total, done = 0.0, 0
     for i, idx in enumerate(batches):
         if deadline is not None and done > 0 and time.perf_counter() > deadline:
@@ -180,7 +180,7 @@ def estimate_epoch_seconds(
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         probe = copy.deepcopy(core)
         opt = make_optimizer(probe.parameters(), lr)
-        centres = probe.bins.centres if probe.bins is not None else torch.empty(0, device=device)
+        centres = probe.bins.centres if getattr(probe, "bins", None) is not None else torch.empty(0, device=device)
         idx = torch.arange(min(len(train_ds), batch_size))
         x, y = (t.to(device) for t in train_ds.gather(idx))
 

@@ -9,6 +9,10 @@ uncertainty source ∈ {B, C, B+C}; a missing source means ``B`` (the bin varian
 * ``G``: KL to error-conditioned Gaussian labels; ``B`` only (no covariance decoder is trained).
 * ``G+H``: G plus Huber (VeloBins); ``B`` only.
 * ``M+H``: M plus Huber; ``B``, ``C`` or ``B+C``.
+
+The baselines of Table I are variants too, named by their method (``tlio``, ``eqnio``, ``imo``,
+``airio``): their own network (:mod:`velobins_net.baselines`), loss schedule and covariance head
+(source ``C``). ``ai-io`` is another name of ``reg``.
 """
 
 from __future__ import annotations
@@ -26,6 +30,12 @@ SUPERVISIONS: dict[str, tuple[str, ...]] = {
 
 REGRESSION = "reg"
 
+BASELINES = ("tlio", "eqnio", "imo", "airio")
+"""Table I baselines with a network of their own (velobins_net.config.METHODS minus ``velobins``)."""
+
+METHOD_ALIASES = {"ai-io": REGRESSION, "aiio": REGRESSION, "velobins": "G+H^B"}
+"""``velobins train --method`` names that are variants of the VeloBins network."""
+
 
 @dataclass(frozen=True)
 class Variant:
@@ -40,6 +50,16 @@ class Variant:
     name: str
     supervision: str
     uncertainty: str
+
+    @property
+    def method(self) -> str:
+        """Network family (``velobins_net.config.METHODS``): the baseline's name, else ``velobins``."""
+        return self.supervision if self.supervision in BASELINES else "velobins"
+
+    @property
+    def is_baseline(self) -> bool:
+        """True for TLIO, EqNIO, IMO and AirIO (their own network and loss)."""
+        return self.supervision in BASELINES
 
     @property
     def is_regression(self) -> bool:
@@ -70,12 +90,18 @@ class Variant:
 def parse_variant(text: str) -> Variant:
     """Parse ``"reg"``, ``"G+H^B"``, ``"M+H^B+C"``, ``"G"`` … into a :class:`Variant`; ValueError if invalid."""
     s = text.strip().replace(" ", "")
+    s = METHOD_ALIASES.get(s.lower(), s)
     if s.lower() in (REGRESSION, "reg^c"):
         return Variant(REGRESSION, REGRESSION, "C")
+    if s.lower() in BASELINES:
+        return Variant(s.lower(), s.lower(), "C")
     sup, _, source = s.partition("^")
     source = source or "B"
     if sup not in SUPERVISIONS:
-        raise ValueError(f"variant {text!r}: unknown supervision {sup!r}; choose reg or one of {sorted(SUPERVISIONS)}")
+        raise ValueError(
+            f"variant {text!r}: unknown supervision {sup!r}; choose reg, one of {sorted(SUPERVISIONS)}"
+            f" or a baseline {BASELINES}"
+        )
     if source not in SUPERVISIONS[sup]:
         raise ValueError(
             f"variant {text!r}: uncertainty source {source!r} is not meaningful for {sup} "
