@@ -58,6 +58,10 @@ class DisplacementResult:
     """(3,) world position right after the update [m]."""
     rot: np.ndarray
     """(3, 3) body->world rotation right after the update."""
+    vel_world: np.ndarray | None = None
+    """(3,) world velocity right after the update [m/s] (what the report scores, as for velocity updates)."""
+    vel_world_cov: np.ndarray | None = None
+    """(3, 3) its covariance [m²/s²]."""
 
 
 def yaw_of(rot: np.ndarray) -> float:

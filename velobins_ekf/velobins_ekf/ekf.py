@@ -336,7 +336,18 @@ class ErrorStateEkf:
         if not yaw or disp.yaw_frame_defined(clones.rot[i]):
             accepted, inn = self._update_augmented(disp.jacobian(st, clones, i, yaw), y, r=meas_cov)
             s, nis = inn.s, inn.nis
-        return disp.DisplacementResult(float(stamp), float(t_start), accepted, y, s, nis, st.pos.copy(), st.rot.copy())
+        return disp.DisplacementResult(
+            float(stamp),
+            float(t_start),
+            accepted,
+            y,
+            s,
+            nis,
+            st.pos.copy(),
+            st.rot.copy(),
+            st.vel.copy(),
+            self.cov[VEL, VEL].copy(),
+        )
 
     def _update_augmented(self, h: np.ndarray, y: np.ndarray, r: np.ndarray) -> tuple[bool, Innovation]:
         """Kalman update of ``[δx, δc]`` with Jacobian ``h`` (m x (15 + 6N)) and innovation ``y``:

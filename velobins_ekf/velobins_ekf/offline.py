@@ -7,6 +7,7 @@ the ROS node would feed them, so offline numbers are the numbers the node produc
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -78,6 +79,7 @@ def run_offline(
     check_covariance: bool = False,
     record_covariance: bool = False,
     displacements: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None,
+    on_imu: Callable[[int, VelocityEkf], None] | None = None,
 ) -> OfflineResult:
     """Filter a whole flight.
 
@@ -98,6 +100,8 @@ def run_offline(
             displacement stream of TLIO-style methods (frame: ``config.displacement_yaw_frame``),
             fused with clones (:meth:`VelocityEkf.add_displacement`); see
             :func:`run_offline_displacement`.
+        on_imu: called as ``on_imu(i, filter)`` right after IMU sample ``i`` is fed: a closed loop
+            (methods whose network reads the filter's attitude) feeds its measurements from there.
     """
     t_imu = np.asarray(t_imu, dtype=np.float64)
     acc = np.asarray(acc, dtype=np.float64)
@@ -143,6 +147,8 @@ def run_offline(
             _feed(filt, events[d])
             d += 1
         filt.add_imu(ti, acc_l[i], gyro_l[i])
+        if on_imu is not None:
+            on_imu(i, filt)
         if i % output_stride == 0:
             out_t[k] = ti
             filt.mark_pose(k)

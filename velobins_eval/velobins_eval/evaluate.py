@@ -9,7 +9,9 @@ One path for every number in a report (paper §IV-A, docs/design.md "Metrics"):
 * :func:`~velobins_eval.scoring.score` (in :mod:`velobins_eval.scoring`, re-exported here with
   :class:`FlightRecord` and :class:`GroundTruth`) turns a record, offline or recorded by the eval
   node from topics, into :class:`~velobins_eval.metrics.FlightMetrics`;
-* :func:`imu_only_flight` is the IMU-integration baseline: the same filter with no updates.
+* :func:`imu_only_flight` is the IMU-integration baseline: the same filter with no updates;
+* the Table I baselines whose network reads the filter's attitude (TLIO, EqNIO, IMO, AirIO) run
+  network and filter as one loop (:func:`velobins_eval.closed_loop.closed_loop_flight`).
 
 ``velobins evaluate`` (:func:`main_evaluate`) applies this to checkpoints on a directory of flights
 and writes the report of :mod:`velobins_eval.report`.
@@ -28,6 +30,7 @@ import numpy as np
 from velobins_common.outputs import RunLayout, open_run_dir, output_mode
 
 from . import metrics
+from .closed_loop import closed_loop_flight
 from .report import method_label, write_report
 from .scoring import FlightRecord, GroundTruth
 from .scoring import score as score  # re-exported: callers of velobins_eval.evaluate.score
@@ -172,7 +175,11 @@ def evaluate_checkpoint(path: Path, seqs: list[Flight], ekf_config=None, progres
     check_fits(model, path, seqs)
     label = method_label(path)
     records = {}
+    closed = model.cfg.attitude_input or model.cfg.output_kind != "velocity"
     for seq in progress_bar(seqs, desc=f"evaluating {label}", unit="flight", enabled=progress):
+        if closed:  # the network reads the filter's attitude: run them as one loop
+            records[seq.name] = closed_loop_flight(model, seq, label, predictor_config, ekf_config)
+            continue
         t, v, var = predict_flight(model, seq, predictor_config)
         records[seq.name] = fuse_flight(seq, t, v, var, label, ekf_config)
     return label, records

@@ -3,8 +3,11 @@
 Variant names are the rows of the paper's Table II in :mod:`velobins_net.variants`' grammar: ``H``,
 ``M``, ``G``, ``G+H``, ``M+H`` (bins, optionally ``^B``, ``^C``, ``^B+C``) and ``reg`` (the AI-IO
 regression baseline, Reg (H+N)^C); ``--uncertainty`` replaces the variance source (``B`` bins,
-``C`` covariance decoder, ``B+C`` their sum). Training and model options are generated from
-``TrainConfig`` / ``ModelConfig``, their one source of defaults and help. Without ``--val``, the
+``C`` covariance decoder, ``B+C`` their sum). ``--method`` picks a method of the paper's Table I
+instead: ``velobins`` (the variant above), ``ai-io`` (``reg``), or a baseline with its own network
+and loss: ``tlio``, ``eqnio``, ``imo``, ``airio`` (:mod:`velobins_net.baselines`). Training and
+model options are generated from ``TrainConfig`` / ``ModelConfig``, their one source of defaults
+and help. Without ``--val``, the
 last flights of ``--data`` (``--val-fraction``) are held out for validation.
 
 Under ``torchrun --nproc_per_node N -m velobins_eval.train_cli ...`` the same command trains with
@@ -49,7 +52,11 @@ MODEL_FIELDS = ("bin_encoding", "num_bins")
 """ModelConfig fields that are options (the rest follows from the variant and the flights)."""
 
 
-def parse_cli_variant(variant: str, uncertainty: str | None):
+METHOD_CHOICES = ("velobins", "ai-io", "tlio", "eqnio", "imo", "airio")
+"""``--method`` values (Table I columns)."""
+
+
+def parse_cli_variant(variant: str, uncertainty: str | None, method: str = "velobins"):
     """The :class:`~velobins_net.variants.Variant` of ``--variant`` (any Table II name) and ``--uncertainty``.
 
     ``--uncertainty`` replaces the variant's uncertainty source (``--variant G+H --uncertainty B``
@@ -57,6 +64,10 @@ def parse_cli_variant(variant: str, uncertainty: str | None):
     """
     from velobins_net.variants import parse_variant
 
+    if method != "velobins":
+        if uncertainty is not None:
+            raise ValueError(f"--uncertainty applies to VeloBins variants, not to --method {method}")
+        return parse_variant(method)
     base = parse_variant(variant)
     return base if uncertainty is None else parse_variant(f"{base.supervision}^{uncertainty}")
 
@@ -79,6 +90,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="Table II row: reg, H, M, G, G+H or M+H, optionally with its uncertainty source (G+H^B, M^B+C)",
     )
     p.add_argument("--uncertainty", choices=UNCERTAINTY_SOURCES, help="replaces the variant's uncertainty source")
+    p.add_argument(
+        "--method",
+        default="velobins",
+        choices=METHOD_CHOICES,
+        help="Table I method: velobins (--variant), ai-io (= --variant reg), or a baseline network",
+    )
     add_config_options(
         p,
         ModelConfig,
@@ -206,7 +223,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     resume = _resume_path(args)
-    variant = parse_cli_variant(args.variant, args.uncertainty)
+    variant = parse_cli_variant(args.variant, args.uncertainty, args.method)
     train_seqs, val_seqs, skipped = _load(args)
     kinds = {s.rotor_kind for s in train_seqs + val_seqs}
     rotors = {s.num_rotors for s in train_seqs + val_seqs}

@@ -7,7 +7,7 @@ estimates arrive at their own rate and with latency, so :func:`attitude_window` 
 on the window's grid and, past the newest estimate, carries it forward with the window's own gyro
 samples (R ← R Exp(ω Δt), the IMU propagation the filter itself would do). The window is refused
 when the newest estimate is older than ``max_age`` or the estimates do not reach back to the
-window's start (within ``max_age``).
+window's start.
 """
 
 from __future__ import annotations
@@ -25,12 +25,11 @@ def attitude_window(
         t_att: (M,) increasing stamps of the attitude estimates [s].
         q_att: (M, 4) their quaternions (x, y, z, w).
         gyro_grid: (T, 3) body angular rate on ``grid`` [rad/s] (carries the newest estimate forward).
-        max_age: largest allowed gap [s] between the newest estimate and the window end, and between
-            the window start and the oldest estimate.
+        max_age: largest allowed gap [s] between the newest estimate and the window end.
     """
     from scipy.spatial.transform import Rotation, Slerp
 
-    if len(t_att) == 0 or grid[-1] - t_att[-1] > max_age or t_att[0] > grid[0] + max_age:
+    if len(t_att) == 0 or grid[-1] - t_att[-1] > max_age or t_att[0] > grid[0] + 1e-9:
         return None
     inside = grid <= t_att[-1]
     rot = np.empty((len(grid), 3, 3))

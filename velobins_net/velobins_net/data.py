@@ -101,10 +101,24 @@ def sequence_arrays(seq: SequenceLike, cfg: ModelConfig) -> tuple[np.ndarray, np
     if cfg.output_kind == "velocity":
         _, targets = resample(t, seq.body_velocity(), cfg.rate_hz, antialias=False)
         return inputs, np.asarray(targets)
+    _, pos = resample(t, np.asarray(seq.p, dtype=np.float64), cfg.rate_hz, antialias=False)  # type: ignore[attr-defined]
+    return inputs, window_displacements(np.asarray(pos), rot, cfg.window_len)
+
+
+def window_displacements(pos: np.ndarray, rot: np.ndarray, window_len: int) -> np.ndarray:
+    """(S, 3) target of the window ending at each sample: the displacement over it in the gravity-aligned
+    frame of its first sample (:func:`velobins_net.baselines.frames.displacement_target`); 0 for the
+    first ``window_len − 1`` samples, which end no window."""
     from .baselines.frames import displacement_target
 
-    _, pos = resample(t, np.asarray(seq.p, dtype=np.float64), cfg.rate_hz, antialias=False)  # type: ignore[attr-defined]
-    return inputs, displacement_target(np.asarray(pos), rot, cfg.window_len)
+    out = np.zeros_like(pos)
+    if len(pos) >= window_len:
+        s = np.arange(len(pos) - window_len + 1)
+        e = s + window_len - 1
+        p = torch.from_numpy(pos)
+        r = torch.from_numpy(rot.reshape(-1, 3, 3))
+        out[window_len - 1 :] = displacement_target(p[s], p[e], r[s]).numpy()
+    return out
 
 
 class WindowDataset(Dataset):
