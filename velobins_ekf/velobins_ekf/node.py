@@ -1,7 +1,11 @@
-"""The EKF node: ``imu`` + ``velobins/velocity`` -> odometry, path, TF, per-update states, health.
+"""The EKF node: ``imu`` + ``velobins/velocity`` or ``/displacement`` -> odometry, path, TF, per-update states, health.
 
 A thin adapter around :class:`velobins_ekf.runner.VelocityEkf` (which validates, counts and
-re-orders its inputs). Topic names are relative (a namespace moves them); every frame id gets
+re-orders its inputs). It fuses body velocities (``velocity_topic``; VeloBins, AI-IO, AirIO) and
+displacements over a window (``displacement_topic``; TLIO, EqNIO, IMO) against a clone of the pose at
+the window start, made by re-propagation (:meth:`~velobins_ekf.runner.VelocityEkf.add_displacement`):
+``filter.history_length`` must cover window + latency (1.5 s for 1 s windows; the node warns once when
+shorter, later ones are dropped as ``filter_disp_too_old``). Topic names are relative; frame ids get
 ``frame_prefix`` (tf_prefix style, several vehicles on one TF tree). Outputs:
 
 * ``velobins/odometry`` (``nav_msgs/Odometry``, at ``odom_rate`` of IMU time): pose of
@@ -10,9 +14,9 @@ re-orders its inputs). Topic names are relative (a namespace moves them); every 
 * ``velobins/path`` (``nav_msgs/Path``, bounded length) and TF ``odom -> base_link`` on ``/tf``
   (``tf2_ros`` when installed, else ``tf2_msgs/TFMessage`` on ``/tf`` directly);
 * ``velobins/ekf/update`` (``nav_msgs/Odometry`` with ``child_frame_id`` = ``odom``, i.e. the twist
-  is in the world frame): the state right after each velocity update, at the measurement stamp —
-  fused position and orientation, fused world velocity and its covariance (what the evaluation
-  scores per update: ATE/RTE samples and the per-update NEES);
+  is in the world frame): the state right after each velocity or displacement update, at the
+  measurement stamp (a displacement's window end): fused position and orientation, fused world
+  velocity and its covariance (what the evaluation scores per update: ATE/RTE samples, NEES);
 * ``/diagnostics`` every ``diagnostics_period``: input rates, drops by reason (the node's and the
   filter's), initialised, resets, age of the last odometry, and the NIS of the last ``nis_window``
   updates against its χ²₃ bounds, with a level and a message naming the cause
@@ -20,7 +24,10 @@ re-orders its inputs). Topic names are relative (a namespace moves them); every 
   ``silence_warn_after`` s while IMU arrives.
 
 Initialisation: ``init_mode: align`` (on a vehicle: gravity alignment from the first IMU samples,
-velocity from the first network output) or ``ground_truth`` (evaluation: the state of the first
+velocity from the first network velocity), ``align_at_rest`` (gravity alignment over the first
+``filter.init_window`` s of IMU, zero velocity: a vehicle starting at rest with a network that reads
+the filter's attitude from its odometry — TLIO, EqNIO, IMO, AirIO — so cannot give the first
+measurement 'align' waits for) or ``ground_truth`` (evaluation: the state of the first
 ``ground_truth_topic`` message, as the paper starts the filter). IMU stamps jumping back by more
 than ``time_jump_reset`` (bag loop) restart the filter the same way. Parameters marked live
 (output rates, path, TF, the filter's noise model and gate) can be changed with ``ros2 param set``.
@@ -42,7 +49,7 @@ from sensor_msgs.msg import Imu
 
 from velobins_common.fields import param
 from velobins_common.health import CountDelta, NisMonitor, RateMeter, SilenceAlarm, Status, Stream, ekf_status
-from velobins_msgs.msg import VelocityEstimate
+from velobins_msgs.msg import Displacement, VelocityEstimate
 from velobins_ros import (
     RELIABLE_QOS,
     DropCounter,
@@ -58,11 +65,16 @@ from velobins_ros.imu_frame import DEFAULT_IMU_FRAME_TIMEOUT, ImuFrame
 
 from .config import EkfConfig
 from .ekf import NavState
+from .initial_state import state_from_alignment
 from .runner import VelocityEkf
 from .so3 import matrix_to_quat
 
-INIT_MODES = ("align", "ground_truth")
+INIT_MODES = ("align", "align_at_rest", "ground_truth")
 """How the filter starts (parameter ``init_mode``)."""
+DISPLACEMENT_HISTORY_MARGIN = 0.5
+"""Filter history [s] a displacement needs beyond its window (latency); as ``velobins_eval.closed_loop``."""
+FILTER_COUNTS_NOT_DROPS = ("imu_used", "meas_applied", "meas_late", "disp_applied", "disp_late")
+"""FilterStats counters of inputs used (a late one too): the others count inputs the filter refused."""
 
 
 @dataclass(frozen=True)
@@ -75,7 +87,10 @@ class EkfNodeConfig:
     imu_topic: str = param("imu")
     """Input sensor_msgs/Imu."""
     velocity_topic: str = param("velobins/velocity")
-    """Input velobins_msgs/VelocityEstimate from the network node."""
+    """Input velobins_msgs/VelocityEstimate from the network node (velocity methods)."""
+    displacement_topic: str = param("velobins/displacement")
+    """Input velobins_msgs/Displacement from the network node (displacement methods: TLIO, EqNIO, IMO); needs
+    filter.history_length >= window + latency (1.5 s for 1 s windows)."""
     odometry_topic: str = param("velobins/odometry")
     """Output nav_msgs/Odometry."""
     path_topic: str = param("velobins/path")
@@ -85,7 +100,9 @@ class EkfNodeConfig:
     ground_truth_topic: str = param("ground_truth/odometry")
     """nav_msgs/Odometry that initialises the filter when init_mode is ground_truth."""
     init_mode: str = param("align", choices=INIT_MODES)
-    """'align' (gravity alignment + first network velocity) or 'ground_truth' (first ground-truth pose)."""
+    """'align' (gravity alignment + first network velocity), 'align_at_rest' (gravity alignment + zero
+    velocity once filter.init_window s of IMU arrived: a vehicle starting at rest with a network that reads the
+    filter's attitude, TLIO/EqNIO/IMO/AirIO) or 'ground_truth' (first ground-truth pose)."""
     odom_frame: str = param("odom")
     """World frame of the pose (REP-105 odom; frame_prefix is prepended)."""
     base_frame: str = param("base_link")
@@ -172,6 +189,11 @@ class EkfNode(Node):
         self.velocity_sub = self.create_subscription(
             VelocityEstimate, cfg.velocity_topic, self.on_velocity, RELIABLE_QOS
         )
+        self.displacement_sub = self.create_subscription(
+            Displacement, cfg.displacement_topic, self.on_displacement, RELIABLE_QOS
+        )
+        self._history_checked = False
+        self._rest_acc: list[tuple[float, np.ndarray]] = []  # align_at_rest: body specific force since the start
         self.gt_sub = None
         if cfg.init_mode == "ground_truth":
             self.gt_sub = self.create_subscription(Odometry, cfg.ground_truth_topic, self.on_ground_truth, RELIABLE_QOS)
@@ -207,33 +229,45 @@ class EkfNode(Node):
     # ------------------------------------------------------------------ health
     def _init_health(self) -> None:
         cfg = self.config
-        self.imu_meter, self.velocity_meter = RateMeter(), RateMeter()
+        self.imu_meter, self.velocity_meter, self.displacement_meter = RateMeter(), RateMeter(), RateMeter()
         self.nis = NisMonitor(cfg.nis_window)
         self._last_out: float | None = None
         self._new_drops = CountDelta()
         self._alarm = SilenceAlarm(cfg.silence_warn_after)
         self.diagnostics = Diagnostics(self, "EKF", self.base_frame, cfg.diagnostics_period, self.health)
 
+    def _measurements(self, now: float) -> Stream:
+        """The network's measurement stream: displacements once they came last, else velocities."""
+        vel, disp = self.velocity_meter, self.displacement_meter
+        if disp.last is not None and (vel.last is None or disp.last > vel.last):
+            return Stream("displacement estimates", self.displacement_sub.topic_name, disp.age(now))
+        return Stream("velocity estimates", self.velocity_sub.topic_name, vel.age(now))
+
     def _decide(self, now: float, drops: dict[str, int]) -> Status:
         cfg = self.config
         imu = Stream("IMU", self.imu_sub.topic_name, self.imu_meter.age(now))
-        velocity = Stream("velocity estimates", self.velocity_sub.topic_name, self.velocity_meter.age(now))
+        measurements = self._measurements(now)
         if cfg.init_mode == "ground_truth":
             waiting = f"the first ground-truth pose on {self.gt_sub.topic_name}"
+        elif cfg.init_mode == "align_at_rest":
+            waiting = f"{self.filter_config.init_window:g} s of IMU (gravity alignment at rest)"
         else:
-            waiting = f"IMU and the first velocity estimate on {velocity.topic}"
+            waiting = f"IMU and the first velocity estimate on {self.velocity_sub.topic_name} (or align_at_rest)"
         return ekf_status(
-            imu, velocity, cfg.input_timeout, self.filter.initialized, waiting, self.nis, cfg.nis_min_share, drops
+            imu, measurements, cfg.input_timeout, self.filter.initialized, waiting, self.nis, cfg.nis_min_share, drops
         )
 
     def health(self, now: float) -> Status:
         """The node's state for /diagnostics (decided by :func:`velobins_common.health.ekf_status`)."""
         drops = self._new_drops.since(self._all_drops())
         status = self._decide(now, drops)
-        values = stream_values(now, {"IMU": self.imu_meter, "velocity estimates": self.velocity_meter})
+        vel, disp = self.velocity_meter, self.displacement_meter
+        values = stream_values(now, {"IMU": self.imu_meter, "velocity estimates": vel, "displacement estimates": disp})
         values["initialised"] = str(self.filter.initialized).lower()
         values["resets"] = str(self.resets)
-        values["updates fused"] = str(self.filter.stats.meas_applied)
+        stats = self.filter.stats
+        values["updates fused"] = str(stats.meas_applied + stats.disp_applied)
+        values["displacement updates fused"] = str(stats.disp_applied)
         values["last odometry age [s]"] = "never" if self._last_out is None else f"{now - self._last_out:.3f}"
         values.update(self.nis.values())
         values.update(count_values("dropped", self._all_drops()))
@@ -241,7 +275,7 @@ class EkfNode(Node):
 
     def _all_drops(self) -> dict[str, int]:
         """The node's drops by reason and the filter's own rejections (its non-zero stats counters)."""
-        stats = {k: v for k, v in vars(self.filter.stats).items() if k not in ("imu_used", "meas_applied", "meas_late")}
+        stats = {k: v for k, v in vars(self.filter.stats).items() if k not in FILTER_COUNTS_NOT_DROPS}
         return {**self.drops.counts, **{f"filter_{k}": v for k, v in stats.items() if v}}
 
     def _check_silence(self) -> None:
@@ -303,6 +337,8 @@ class EkfNode(Node):
             self._check_silence()
             return
         acc, gyro = body
+        if self.config.init_mode == "align_at_rest" and not self.filter.initialized:
+            self._align_at_rest(t, acc)
         before = self.filter.stats.imu_used
         if not self.filter.add_imu(t, acc, gyro):
             self.drops.drop("imu_rejected", f"filter stats {self._stats_summary()}")
@@ -316,6 +352,46 @@ class EkfNode(Node):
             self._publish_state(msg.header.stamp, t)
         else:
             self._check_silence()
+
+    def _align_at_rest(self, t: float, acc: np.ndarray) -> None:
+        """init_mode align_at_rest: start at ``t`` (before this sample is fed) once ``filter.init_window`` s of
+        IMU arrived: roll, pitch from their mean specific force, yaw ``filter.init_yaw``, zero velocity."""
+        if not np.all(np.isfinite(acc)):
+            return
+        buf, cfg = self._rest_acc, self.filter_config
+        buf.append((t, np.asarray(acc, dtype=np.float64)))
+        if t - buf[0][0] < cfg.init_window:
+            return
+        acc_window = np.array([a for _, a in buf])
+        buf.clear()
+        try:
+            state = state_from_alignment(acc_window, np.zeros(3), cfg.init_yaw, gravity=cfg.gravity)
+        except ValueError as exc:  # free fall / garbage: start the window again
+            self.drops.drop("align_failed", str(exc))
+            return
+        self.filter.initialize(t, state)
+        self.get_logger().info(f"initialised at rest (gravity alignment over {cfg.init_window:g} s) at t={t:.3f}")
+
+    def on_displacement(self, msg: Displacement) -> None:
+        t_end, t_start = stamp_to_sec(msg.header.stamp), stamp_to_sec(msg.start)
+        self.displacement_meter.tick(time.monotonic(), t_end)
+        if not self.filter.initialized:
+            self.drops.drop("displacement_before_init", "the filter is not initialised yet")
+            return
+        need = (t_end - t_start) + DISPLACEMENT_HISTORY_MARGIN
+        if not self._history_checked and math.isfinite(need) and self.filter_config.history_length < need:
+            self.get_logger().warning(
+                f"filter.history_length {self.filter_config.history_length:g} s < displacement window "
+                f"{t_end - t_start:.3f} s + {DISPLACEMENT_HISTORY_MARGIN:g} s latency: later displacements are "
+                f"dropped (filter_disp_too_old); set filter.history_length >= {math.ceil(need * 10) / 10:g}"
+            )
+        self._history_checked = True
+        z = np.array([msg.displacement.x, msg.displacement.y, msg.displacement.z])
+        cov = np.asarray(msg.covariance, dtype=np.float64).reshape(3, 3)
+        if not self.filter.add_displacement(t_start, t_end, z, cov):
+            self.drops.drop("displacement_rejected", f"filter stats {self._stats_summary()}")
+            return
+        self._publish_updates()
 
     def on_velocity(self, msg: VelocityEstimate) -> None:
         t = stamp_to_sec(msg.header.stamp)
@@ -333,16 +409,22 @@ class EkfNode(Node):
         self._last_imu_t = None
         self._last_odom_t = self._last_path_t = self._last_path_pub_t = self._last_update_t = -math.inf
         self.path.poses = []
+        self._rest_acc = []
         self.resets += 1
 
     def _stats_summary(self) -> str:
         s = self.filter.stats
-        return ", ".join(f"{k}={v}" for k, v in vars(s).items() if v and k not in ("imu_used", "meas_applied"))
+        return ", ".join(f"{k}={v}" for k, v in vars(s).items() if v and k not in FILTER_COUNTS_NOT_DROPS)
 
     # ------------------------------------------------------------------ outputs
     def _publish_updates(self) -> None:
-        for r in self.filter.pop_updates():
-            if not r.stamp > self._last_update_t or not np.all(np.isfinite(r.vel_world)):
+        records = self.filter.pop_updates()
+        if self.filter.displacement_updates:  # drained like pop_updates (re-fused ones come again, same stamps)
+            records += self.filter.displacement_updates
+            self.filter.displacement_updates = []
+            records.sort(key=lambda r: r.stamp)
+        for r in records:
+            if r.vel_world is None or not r.stamp > self._last_update_t or not np.all(np.isfinite(r.vel_world)):
                 continue
             self._last_update_t = r.stamp
             self.nis.add(r.nis)

@@ -1,9 +1,23 @@
-"""The network node: ``imu`` + ``rotor_speeds`` -> ``velobins/velocity`` (+ ``velobins/twist``).
+"""The network node: ``imu`` + ``rotor_speeds`` -> ``velobins/velocity`` (+ ``twist``) or ``velobins/displacement``.
 
 A thin adapter around :class:`velobins_net.inference.StreamingPredictor`: it validates each message
 at the boundary (non-finite values, wrong rotor count or kind, stamps that go backwards), counts
 and logs what it drops, keeps the time-aligned 1 s window, and publishes at the update rate
-(paper: 20 Hz) the body-frame velocity with the covariance decoded from the same bin distribution.
+(paper: 20 Hz) the network's estimate with its covariance. Any shipped method runs
+(``ModelConfig.method``, paper Table I), and what it publishes follows what the method measures:
+
+* velocity methods (VeloBins, AI-IO, AirIO): the body-frame velocity as ``velobins_msgs/VelocityEstimate``
+  on ``velocity_topic`` (and ``geometry_msgs/TwistWithCovarianceStamped`` on ``twist_topic``);
+* displacement methods (TLIO, EqNIO, IMO): the displacement over the window in the gravity-aligned
+  yaw frame of its start as ``velobins_msgs/Displacement`` on ``displacement_topic`` (stamp = window
+  end, ``start`` = window start, full covariance), which the EKF fuses against a clone of its pose.
+
+Methods whose input carries the attitude (TLIO, EqNIO, IMO, AirIO: ``ModelConfig.attitude_input``)
+take it from the filter: the node subscribes to the EKF's odometry on ``attitude_topic`` (the EKF's
+``odometry_topic``) and hands each pose's orientation to the predictor; without a fresh one it counts
+``no_attitude`` and publishes nothing. This is a loop: the EKF must run before the network does, so
+it needs an initialisation without a network output (EKF ``init_mode: ground_truth`` or
+``align_at_rest``).
 
 A backwards jump of the IMU stamps larger than ``time_jump_reset`` (a bag restarting in a loop, a
 clock reset) clears the window instead of stalling on "out of order" forever.
@@ -26,19 +40,22 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from geometry_msgs.msg import TwistWithCovarianceStamped
+from nav_msgs.msg import Odometry
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.node import Node
+from rclpy.qos import QoSProfile
 from sensor_msgs.msg import Imu
 
 from velobins_common.constants import RPM_TO_RAD_PER_S
 from velobins_common.fields import param
 from velobins_common.health import CountDelta, RateMeter, SilenceAlarm, Status, Stream, net_status
-from velobins_msgs.msg import RotorSpeeds, VelocityEstimate
+from velobins_msgs.msg import Displacement, RotorSpeeds, VelocityEstimate
 from velobins_ros import (
     RELIABLE_QOS,
     DropCounter,
     declare_config,
     run_node,
+    sec_to_stamp,
     sensor_qos,
     set_xyz,
     stamp_to_sec,
@@ -70,7 +87,17 @@ class NetNodeConfig:
     velocity_topic: str = param("velobins/velocity")
     """Output velobins_msgs/VelocityEstimate."""
     twist_topic: str = param("velobins/twist")
-    """Output geometry_msgs/TwistWithCovarianceStamped (for robot_localization); empty disables it."""
+    """Output geometry_msgs/TwistWithCovarianceStamped (for robot_localization); empty disables it.
+    Velocity methods only."""
+    displacement_topic: str = param("velobins/displacement")
+    """Output velobins_msgs/Displacement of displacement methods (TLIO, EqNIO, IMO) instead of the velocity:
+    the displacement over the window in the gravity-aligned yaw frame of the window start."""
+    attitude_topic: str = param("velobins/odometry")
+    """Input nav_msgs/Odometry of the EKF (its odometry_topic) whose orientation (base_link in odom) is the
+    attitude input of the methods that take one (TLIO, EqNIO, IMO, AirIO); unused by the others."""
+    odom_frame: str = param("odom")
+    """World frame of the filter whose attitude the network takes (frame_prefix is prepended): the frame_id of
+    a Displacement, whose vector is in this frame's gravity-aligned yaw frame at the window start."""
     frame_id: str = param("base_link")
     """Body frame of the published velocity (frame_prefix is prepended)."""
     frame_prefix: str = param("")
@@ -126,21 +153,32 @@ class VeloBinsNetNode(Node):
         self.published = 0
         bins = self.model.bins
         self._bin_centers = bins.centres.detach().cpu().numpy().astype(np.float64).tolist() if bins is not None else []
-        self.vel_pub = self.create_publisher(VelocityEstimate, cfg.velocity_topic, RELIABLE_QOS)
-        self.twist_pub = (
-            self.create_publisher(TwistWithCovarianceStamped, cfg.twist_topic, RELIABLE_QOS)
-            if cfg.twist_topic
-            else None
-        )
+        self.kind = self.model.cfg.output_kind
+        self.vel_pub = self.twist_pub = self.disp_pub = None
+        if self.kind == "displacement":
+            self.disp_pub = self.create_publisher(Displacement, cfg.displacement_topic, RELIABLE_QOS)
+            out_topic = self.disp_pub.topic_name
+        else:
+            self.vel_pub = self.create_publisher(VelocityEstimate, cfg.velocity_topic, RELIABLE_QOS)
+            out_topic = self.vel_pub.topic_name
+            if cfg.twist_topic:
+                self.twist_pub = self.create_publisher(TwistWithCovarianceStamped, cfg.twist_topic, RELIABLE_QOS)
         qos = sensor_qos(cfg.input_queue_depth)
         self.imu_sub = self.create_subscription(Imu, cfg.imu_topic, self.on_imu, qos)
         self.rotor_sub = self.create_subscription(RotorSpeeds, cfg.rotor_topic, self.on_rotor, qos)
+        self.attitude_sub = None
+        if self.model.cfg.attitude_input:
+            self.attitude_sub = self.create_subscription(
+                Odometry, cfg.attitude_topic, self.on_attitude, QoSProfile(depth=cfg.input_queue_depth)
+            )
         self.create_timer(5.0, self.drops.maybe_log)
         self._init_health()
+        attitude = f"; attitude from {self.attitude_sub.topic_name}" if self.attitude_sub is not None else ""
         self.get_logger().info(
-            f"model {cfg.model_path}: head={self.model.cfg.head} rotors={self.num_rotors} ({self.rotor_kind}) "
-            f"window={self.model.cfg.window_s:g}s@{self.model.cfg.rate_hz:g}Hz; publishing "
-            f"{self.vel_pub.topic_name} at {self.predictor_config.update_rate:g} Hz"
+            f"model {cfg.model_path}: method={self.model.cfg.method} ({self.kind}) head={self.model.cfg.head} "
+            f"rotors={self.num_rotors} ({self.rotor_kind}) window={self.model.cfg.window_s:g}s@"
+            f"{self.model.cfg.rate_hz:g}Hz; publishing {self.kind} on {out_topic} at "
+            f"{self.predictor_config.update_rate:g} Hz{attitude}"
         )
 
     def _new_predictor(self) -> StreamingPredictor:
@@ -169,7 +207,7 @@ class VeloBinsNetNode(Node):
 
     # ------------------------------------------------------------------ health
     def _init_health(self) -> None:
-        self.imu_meter, self.rotor_meter = RateMeter(), RateMeter()
+        self.imu_meter, self.rotor_meter, self.attitude_meter = RateMeter(), RateMeter(), RateMeter()
         self._last_out: float | None = None
         self._reasons, self._new_drops = CountDelta(), CountDelta()
         self._alarm = SilenceAlarm(self.config.silence_warn_after)
@@ -188,12 +226,27 @@ class VeloBinsNetNode(Node):
         rotor = Stream("rotor speeds", self.rotor_sub.topic_name, self.rotor_meter.age(now))
         silence = SilenceAlarm.silence(now, self._last_out, self.imu_meter.first)
         lag, max_age = self._rotor_lag(), self.predictor.max_rotor_age
-        return net_status(imu, rotor, cfg.input_timeout, lag, max_age, silence, cfg.silence_warn_after, reasons, drops)
+        status = net_status(
+            imu, rotor, cfg.input_timeout, lag, max_age, silence, cfg.silence_warn_after, reasons, drops
+        )
+        if self.attitude_sub is not None and status.message.endswith("no_attitude"):
+            age = self.attitude_meter.age(now)
+            seen = "none yet" if age is None else f"last {age:.1f} s ago"
+            hint = (
+                f" (the {self.model.cfg.method} network takes the filter's attitude from "
+                f"{self.attitude_sub.topic_name}: {seen}; the EKF publishes odometry only once initialised: "
+                "its init_mode ground_truth or align_at_rest)"
+            )
+            status = Status(status.level, status.message + hint, status.values)
+        return status
 
     def health(self, now: float) -> Status:
         """The node's state for /diagnostics (decided by :func:`velobins_common.health.net_status`)."""
         status = self._decide(now, self._reasons.since(self.predictor.counts), self._new_drops.since(self.drops.counts))
-        values = stream_values(now, {"IMU": self.imu_meter, "rotor speeds": self.rotor_meter})
+        meters = {"IMU": self.imu_meter, "rotor speeds": self.rotor_meter}
+        if self.attitude_sub is not None:
+            meters["filter attitude"] = self.attitude_meter
+        values = stream_values(now, meters)
         lag = self._rotor_lag()
         values["rotor lag behind IMU [s]"] = "n/a" if lag is None else f"{lag:.3f}"
         values["estimates published"] = str(self.published)
@@ -208,7 +261,7 @@ class VeloBinsNetNode(Node):
         silence = SilenceAlarm.silence(now, self._last_out, self.imu_meter.first)
         if self._alarm.due(now, silence, 0.0, self.config.input_timeout):
             cause = self._decide(now, self.predictor.counts, {}).message
-            self.get_logger().warning(f"no velocity estimate for {silence:.1f} s while IMU arrives: {cause}")
+            self.get_logger().warning(f"no {self.kind} estimate for {silence:.1f} s while IMU arrives: {cause}")
 
     # ------------------------------------------------------------------ inputs
     def on_rotor(self, msg: RotorSpeeds) -> None:
@@ -229,6 +282,17 @@ class VeloBinsNetNode(Node):
             return
         if not self.predictor.push_rotor(t, speeds):
             self.drops.drop("rotor_rejected", "non-finite or non-increasing stamp")
+
+    def on_attitude(self, msg: Odometry) -> None:
+        """The filter's body->world orientation (pose of base_link in odom) for attitude-input methods."""
+        t = stamp_to_sec(msg.header.stamp)
+        self.attitude_meter.tick(time.monotonic(), t)
+        q = msg.pose.pose.orientation
+        quat = np.array([q.x, q.y, q.z, q.w])
+        if not (np.all(np.isfinite(quat)) and abs(float(np.linalg.norm(quat)) - 1.0) < 1e-3):
+            self.drops.drop("attitude_invalid", "non-finite or non-unit orientation in the filter's odometry")
+            return
+        self.predictor.push_attitude(t, quat)  # a stamp not after the newest (a repeat) is ignored
 
     def on_imu(self, msg: Imu) -> None:
         t = stamp_to_sec(msg.header.stamp)
@@ -251,7 +315,7 @@ class VeloBinsNetNode(Node):
         if prediction is None:
             self._check_silence()
             return
-        if not (np.all(np.isfinite(prediction.velocity)) and np.all(np.isfinite(prediction.variance))):
+        if not (np.all(np.isfinite(prediction.velocity)) and np.all(np.isfinite(prediction.covariance_matrix()))):
             self.drops.drop("non_finite_output", "network produced NaN/inf; not published")
             self._check_silence()
             return
@@ -259,12 +323,15 @@ class VeloBinsNetNode(Node):
 
     # ------------------------------------------------------------------ outputs
     def publish(self, stamp, prediction) -> None:
-        v, var = prediction.velocity, prediction.variance
+        if prediction.kind == "displacement":
+            self.publish_displacement(stamp, prediction)
+            return
+        v, cov = prediction.velocity, prediction.covariance_matrix()
         out = VelocityEstimate()
         out.header.stamp = stamp
         out.header.frame_id = self.config.frame_prefix + self.config.frame_id
         set_xyz(out.velocity, v)
-        out.covariance = np.diag(var).reshape(-1).tolist()
+        out.covariance = cov.reshape(-1).tolist()
         if prediction.probs is not None:
             out.bin_centers = self._bin_centers
             out.distribution = prediction.probs.astype(np.float32).reshape(-1).tolist()
@@ -273,11 +340,24 @@ class VeloBinsNetNode(Node):
             twist = TwistWithCovarianceStamped()
             twist.header = out.header
             twist.twist.twist.linear = out.velocity
-            cov = np.zeros((6, 6))
-            cov[:3, :3] = np.diag(var)
-            cov[3:, 3:] = np.eye(3) * UNUSED_VARIANCE
-            twist.twist.covariance = cov.reshape(-1).tolist()
+            cov6 = np.zeros((6, 6))
+            cov6[:3, :3] = cov
+            cov6[3:, 3:] = np.eye(3) * UNUSED_VARIANCE
+            twist.twist.covariance = cov6.reshape(-1).tolist()
             self.twist_pub.publish(twist)
+        self.published += 1
+        self._last_out = time.monotonic()
+
+    def publish_displacement(self, stamp, prediction) -> None:
+        """``Displacement`` over [t_start, stamp] in the yaw frame of t_start (``prediction.velocity`` holds it)."""
+        out = Displacement()
+        out.header.stamp = stamp
+        out.header.frame_id = self.config.frame_prefix + self.config.odom_frame
+        sec_to_stamp(prediction.t_start, out.start)
+        set_xyz(out.displacement, prediction.velocity)
+        cov = prediction.covariance_matrix()
+        out.covariance = (0.5 * (cov + cov.T)).reshape(-1).tolist()
+        self.disp_pub.publish(out)
         self.published += 1
         self._last_out = time.monotonic()
 
