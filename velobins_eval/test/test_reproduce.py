@@ -13,18 +13,23 @@ from velobins_eval.reproduce.jobs import run_trainings, train_command
 from velobins_eval.reproduce.manifest import check_manifest
 from velobins_eval.reproduce.paper import direction_sentence
 from velobins_eval.reproduce.plan import (
+    BASELINE_ROWS,
     HEADLINE,
     HEADLINE_BINS,
     IMU_ONLY,
     REGRESSION,
     SCHEDULES,
+    TABLE1_COLUMNS,
     TABLE2_ROWS,
     TABLE3_ROWS,
+    TABLES,
     TrainingJob,
     is_trained,
     model_dir,
+    parse_tables,
     partial_dir,
     plan,
+    schedule_record,
     sweep_row,
 )
 from velobins_eval.reproduce.summary import RowSummary
@@ -41,8 +46,12 @@ def _fm(**values: float) -> FlightMetrics:
 def test_plan_trains_each_model_once_and_scores_every_row() -> None:
     cpu = SCHEDULES["cpu"]
     jobs, units = plan(cpu)
-    # 3 seeds x (reg, headline) + H, M, M+H, G + Direct, PE + 7 sweep points = 19 unique trainings.
-    assert len(jobs) == 19 and len({j.name for j in jobs}) == 19
+    # 3 seeds x (reg, headline) + 4 Table I baselines + H, M, M+H, G + Direct, PE + 7 sweep points = 23.
+    assert len(jobs) == 23 and len({j.name for j in jobs}) == 23
+    assert {u.row for u in units} >= set(TABLE1_COLUMNS.values())
+    baseline = next(j for j in jobs if j.name == "eqnio")
+    assert baseline.args[:2] == ("--method", "eqnio")
+    assert baseline.args[baseline.args.index("--frame-width") + 1] == str(cpu.frame_width)
     rows = {u.row for u in units}
     assert set(TABLE2_ROWS) <= rows and set(TABLE3_ROWS.values()) <= rows
     assert {sweep_row(n) for n in cpu.bins_sweep} <= rows and sweep_row(HEADLINE_BINS) == HEADLINE
@@ -54,7 +63,18 @@ def test_plan_trains_each_model_once_and_scores_every_row() -> None:
     assert sorted(u.seed for u in units if u.row == REGRESSION) == [0, 1, 2]
     assert sorted(u.seed for u in units if u.row == HEADLINE) == [0, 1, 2]
     smoke_jobs, _ = plan(SCHEDULES["smoke"])
-    assert len(smoke_jobs) == 10
+    assert len(smoke_jobs) == 14
+
+
+def test_tables_select_the_trainings_they_need() -> None:
+    cpu = SCHEDULES["cpu"]
+    jobs, units = plan(cpu, parse_tables("1"))
+    assert sorted(j.name for j in jobs if not j.name.startswith(("reg-", "GH-B-"))) == sorted(BASELINE_ROWS)
+    assert len(jobs) == 2 * len(cpu.seeds) + 4 and {u.row for u in units} == set(TABLE1_COLUMNS.values())
+    assert parse_tables("III, i") == ("I", "III") and parse_tables("all") == TABLES
+    assert "tables" not in schedule_record("cpu", cpu) and schedule_record("cpu", cpu, ("I",))["tables"] == ["I"]
+    with pytest.raises(ValueError, match="unknown table 'IV'"):
+        parse_tables("I,IV")
 
 
 def test_train_command_resumes_a_partial_run_and_finished_models_are_detected(tmp_path: Path) -> None:
@@ -147,11 +167,15 @@ def test_smoke_schedule_end_to_end(tmp_path: Path) -> None:
     doc = json.loads((split / "metrics.json").read_text())
     smoke = SCHEDULES["smoke"]
     expected = {*TABLE2_ROWS, *TABLE3_ROWS.values(), *(sweep_row(n) for n in smoke.bins_sweep), IMU_ONLY}
-    assert set(doc) == expected
+    assert set(doc) == expected | set(BASELINE_ROWS)
     flights = {"sim_oval_003", "sim_star_004"}
     for row, entry in doc.items():
         assert set(entry["aggregate"]) == METRIC_NAMES and set(entry["flights"]) == flights
+        # IMU-only has no updates; the displacement methods no network velocity (fused metrics only).
         finite = ("ave", "rte", "ate") if row == IMU_ONLY else KEYS
+        if row in ("tlio", "eqnio", "imo"):
+            finite = ("ave", "rte", "ate", "nees_median", "nees_in_bounds")
+            assert entry["aggregate"]["net_ave"] is None
         for key in finite:
             assert entry["aggregate"][key] is not None and math.isfinite(entry["aggregate"][key]), (row, key)
     assert all(doc[IMU_ONLY]["aggregate"][k] is None for k in ("net_ave", "net_nll", "nees_median"))
@@ -168,7 +192,8 @@ def test_smoke_schedule_end_to_end(tmp_path: Path) -> None:
         "## Table II",
         "## Table III",
         "## Bin resolution",
-        "## Main-table layout by trajectory shape",
+        "## Table I — methods",
+        "### Against the paper",
         "## Paper vs measured",
         "### Discussion",
         "PLACEHOLDER",
@@ -177,7 +202,8 @@ def test_smoke_schedule_end_to_end(tmp_path: Path) -> None:
         assert section in report, section
     assert "| oval ×1 |" in report and "| star ×1 |" in report
     assert report.count("**agrees**") + report.count("**disagrees**") == 6
-    for name in ("nees.png", "bins.png", "trajectory_oval.png", "trajectory_star.png"):
+    assert "| AirIO |" in report and "TLIO AVE" in report and "VeloBins ATE" in report
+    for name in ("nees.png", "bins.png", "trajectory_oval.png", "trajectory_star.png", "methods.png"):
         assert (split / "figures" / name).stat().st_size > 1000, name
     config = json.loads((split / "config.json").read_text())
     assert (config["schedule"], config["epochs"], config["stride"], config["seeds"]) == ("smoke", 1, 50, [0])

@@ -175,14 +175,28 @@ def evaluate_checkpoint(path: Path, seqs: list[Flight], ekf_config=None, progres
     check_fits(model, path, seqs)
     label = method_label(path)
     records = {}
-    closed = model.cfg.attitude_input or model.cfg.output_kind != "velocity"
     for seq in progress_bar(seqs, desc=f"evaluating {label}", unit="flight", enabled=progress):
-        if closed:  # the network reads the filter's attitude: run them as one loop
-            records[seq.name] = closed_loop_flight(model, seq, label, predictor_config, ekf_config)
-            continue
-        t, v, var = predict_flight(model, seq, predictor_config)
-        records[seq.name] = fuse_flight(seq, t, v, var, label, ekf_config)
+        records[seq.name] = flight_record(model, seq, label, predictor_config, ekf_config)
     return label, records
+
+
+def flight_record(model, seq: Flight, label: str, predictor_config=None, ekf_config=None, uncertainty=None):
+    """EKF-fused :class:`FlightRecord` of one model on one flight, by the path its method needs: the
+    network alone then the filter (:func:`predict_flight`, :func:`fuse_flight`), or, when the network
+    reads the filter's attitude or gives displacements, both as one loop
+    (:func:`velobins_eval.closed_loop.closed_loop_flight`)."""
+    if uncertainty:
+        predictor_config = dataclasses.replace(predictor_config or _predictor_defaults(), uncertainty=uncertainty)
+    if model.cfg.attitude_input or model.cfg.output_kind != "velocity":
+        return closed_loop_flight(model, seq, label, predictor_config, ekf_config)
+    t, v, var = predict_flight(model, seq, predictor_config)
+    return fuse_flight(seq, t, v, var, label, ekf_config)
+
+
+def _predictor_defaults():
+    from velobins_net.inference import PredictorConfig
+
+    return PredictorConfig()
 
 
 def build_parser() -> argparse.ArgumentParser:

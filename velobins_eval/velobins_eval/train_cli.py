@@ -48,7 +48,7 @@ TRAIN_FIELDS = (
 
 DEFAULT_RECIPE = "paper"
 """The recipe ``velobins train`` applies when ``--recipe`` is not given (velobins_net.schedule.RECIPES)."""
-MODEL_FIELDS = ("bin_encoding", "num_bins")
+MODEL_FIELDS = ("bin_encoding", "num_bins", "baseline_width", "frame_width")
 """ModelConfig fields that are options (the rest follows from the variant and the flights)."""
 
 

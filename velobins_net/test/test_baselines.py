@@ -9,6 +9,7 @@ import pytest
 import torch
 from scipy.spatial.transform import Rotation
 
+from velobins_common.constants import STANDARD_GRAVITY
 from velobins_ekf.displacement import frame_rotation
 from velobins_net.baselines import AirIONet, EqNIONet, IMONet, TLIONet, baseline_loss, build
 from velobins_net.baselines.frames import (
@@ -18,7 +19,6 @@ from velobins_net.baselines.frames import (
     split_window,
     yaw_rotation,
 )
-from velobins_net.baselines.imo import GRAVITY
 from velobins_net.baselines.losses import full_covariance_nll
 from velobins_net.config import ModelConfig
 from velobins_net.losses import gaussian_nll_sum_over_axes
@@ -237,12 +237,12 @@ def test_imo_thrust_proxy_and_rotor_use() -> None:
     net = small("imo", rotor_kind="rpm").eval()
     mean = torch.cat([torch.zeros(6), torch.full((K,), 4.0e6)])  # ω² statistics
     net.set_normalization(mean, torch.ones(6 + K))
-    assert math.isclose(float(net.thrust_scale), GRAVITY / (K * 4.0e6), rel_tol=1e-6)
+    assert math.isclose(float(net.thrust_scale), STANDARD_GRAVITY / (K * 4.0e6), rel_tol=1e-6)
     x = smooth_window(2, seed=13)
     x[..., 6 : 6 + K] = 2000.0  # rad/s, at the training mean of ω²: thrust = g along body z
     feat = net.features(x)
     _, _, _, rot = split_window(x, K)
-    expected = GRAVITY * gravity_aligned(rot, torch.tensor([0.0, 0.0, 1.0]).expand(2, T, 3))
+    expected = STANDARD_GRAVITY * gravity_aligned(rot, torch.tensor([0.0, 0.0, 1.0]).expand(2, T, 3))
     torch.testing.assert_close(feat[:, 3:].transpose(1, 2), expected, atol=1e-4, rtol=1e-4)
     faster = x.clone()
     faster[..., 6 : 6 + K] = 2500.0

@@ -82,6 +82,10 @@ class ModelConfig:
             ``StreamingPredictor`` and ``ExportWrapper`` take ``uncertainty=`` per call.
         velocity_range: R [m/s]; bins span [−R, R] on every axis.
         method: network family, one of :data:`METHODS` (checkpoints without it are ``velobins``).
+        baseline_width: channel-width multiplier of a Table I baseline's network (1 = its published
+            widths; the CPU reproduction schedule uses less, :mod:`velobins_eval.reproduce.plan`).
+        frame_width: EqNIO only: width multiplier of its canonical-frame network (1 = published; its
+            kernel-32 equivariant convolutions dominate its cost, so the CPU schedule shrinks it most).
     """
 
     num_rotors: int = 4
@@ -104,6 +108,8 @@ class ModelConfig:
     uncertainty: str = "B"
     velocity_range: float = 5.0
     method: str = "velobins"
+    baseline_width: float = 1.0
+    frame_width: float = 1.0
 
     def __post_init__(self) -> None:
         def bad(field_name: str, why: str) -> ValueError:
@@ -113,6 +119,9 @@ class ModelConfig:
             raise bad("method", f"must be one of {METHODS}, got {self.method!r}")
         if self.method != "velobins" and (self.head != "reg" or self.uncertainty != "C"):
             raise bad("head", f"method {self.method!r} has its own covariance head: needs head='reg', uncertainty='C'")
+        for name in ("baseline_width", "frame_width"):
+            if not 0.0 < getattr(self, name) <= 4.0:
+                raise bad(name, f"must be in (0, 4], got {getattr(self, name)}")
         if self.rotor_kind not in ROTOR_KINDS:
             raise bad("rotor_kind", f"must be one of {ROTOR_KINDS}, got {self.rotor_kind!r}")
         if self.num_rotors < 1:

@@ -9,15 +9,15 @@ from pathlib import Path
 
 from ..datasets import KINDS
 from .commands import Options, reproduce
-from .plan import SCHEDULES
+from .plan import SCHEDULES, parse_tables
 
 
 def build_parser() -> argparse.ArgumentParser:
     """Options of ``velobins reproduce``."""
     p = argparse.ArgumentParser(
         prog="velobins reproduce",
-        description="Train every model of the paper's NanoBench ablations and regenerate Tables II/III, "
-        "the bin sweep and the NEES figure (docs/reproduce.md).",
+        description="Train every model of the paper's NanoBench comparisons and regenerate Table I (methods), "
+        "Tables II/III, the bin sweep and the NEES figure (docs/reproduce.md).",
     )
     p.add_argument("--dataset", required=True, choices=KINDS, help="adapter of the flight directories")
     p.add_argument("--data", required=True, type=Path, help="training flights")
@@ -39,6 +39,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--overwrite",
         action="store_true",
         help="remove the earlier reproduction in --out first (models, logs, reports) and start afresh",
+    )
+    p.add_argument(
+        "--tables",
+        default="all",
+        help="which tables to reproduce, comma-separated: I (methods), II (supervision), III (encoding), bins; "
+        "default all",
     )
     p.add_argument("--jobs", type=int, default=2, help="trainings / evaluation processes at once")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"), help="training device")
@@ -79,6 +85,7 @@ def main_reproduce(argv: list[str] | None = None) -> int:
         progress=not args.no_progress,
         params=tuple(args.params),
         command=command,
+        tables=parse_tables(args.tables),
     )
     return reproduce(opts)
 

@@ -26,7 +26,18 @@ from .errors import ReproduceError
 from .evaluation import evaluate_split
 from .jobs import run_trainings
 from .manifest import check_data_outside, check_flights, check_manifest, remove_stale_temps, run_manifest
-from .plan import HEADLINE, IMU_ONLY, LAYOUT, MANIFEST_NAME, REGRESSION, SCHEDULES, Schedule, plan, schedule_record
+from .plan import (
+    HEADLINE,
+    IMU_ONLY,
+    LAYOUT,
+    MANIFEST_NAME,
+    REGRESSION,
+    SCHEDULES,
+    TABLES,
+    Schedule,
+    plan,
+    schedule_record,
+)
 from .render import write_split
 from .summary import score_split
 from .tables import row_cells, table
@@ -47,6 +58,7 @@ class Options:
         progress: draw progress bars.
         params: ROS parameter files with EKF filter overrides, as given.
         command: the command line, for ``config.json``.
+        tables: the tables to reproduce (:data:`~velobins_eval.reproduce.plan.TABLES`).
     """
 
     dataset: str
@@ -61,6 +73,7 @@ class Options:
     progress: bool
     params: tuple[Path, ...]
     command: str
+    tables: tuple[str, ...] = TABLES
 
 
 def reproduce(opts: Options) -> int:
@@ -75,7 +88,7 @@ def reproduce(opts: Options) -> int:
     check_flights(opts.dataset, data)
     check_data_outside(opts.out, data)
     ekf = load_ekf_config(list(opts.params))
-    manifest = run_manifest(opts.schedule, schedule, opts.dataset, data, ekf)
+    manifest = run_manifest(opts.schedule, schedule, opts.dataset, data, ekf, opts.tables)
     mode = output_mode(resume=not opts.overwrite, overwrite=opts.overwrite)
     with open_run_dir(opts.out, LAYOUT, mode):  # held until the end; removes its lock file on any exit
         check_manifest(opts.out, manifest)
@@ -90,7 +103,7 @@ def _run(opts: Options, schedule: Schedule, splits: dict[str, Path], data: dict[
     from ..datasets import find_files, load_directory
 
     wall0 = time.monotonic()
-    jobs, units = plan(schedule)
+    jobs, units = plan(schedule, opts.tables)
     print(f"reproduce: {len(jobs)} trainings ({opts.schedule}), {len(units)} evaluations per split -> {opts.out}")
     try:
         train_s = run_trainings(
@@ -106,7 +119,7 @@ def _run(opts: Options, schedule: Schedule, splits: dict[str, Path], data: dict[
         seqs = split_seqs[split]
         results = evaluate_split(units, opts.out, opts.dataset, directory, seqs, opts.jobs, opts.progress, params)
         outcome = score_split(split, results, seqs, ekf)
-        write_split(outcome, opts.out / split, opts.schedule, schedule, counts)
+        write_split(outcome, opts.out / split, opts.schedule, schedule, counts, opts.tables)
         config = run_config(opts, schedule, data, counts, split, ekf, train_s, time.monotonic() - wall0)
         atomic_write_text(opts.out / split / "config.json", json.dumps(config, indent=1))
         print(table({n: row_cells(outcome.rows, n) for n in (REGRESSION, HEADLINE, IMU_ONLY)}, KEYS))
@@ -127,7 +140,7 @@ def run_config(
 ) -> dict[str, Any]:
     """``<out>/<split>/config.json``: how the split's report was made (schedule, data, EKF, code, times)."""
     return {
-        **schedule_record(opts.schedule, schedule),
+        **schedule_record(opts.schedule, schedule, opts.tables),
         "git_commit": git_commit() or "unknown",
         "wall_time_s": round(wall_s, 1),
         "command": opts.command,

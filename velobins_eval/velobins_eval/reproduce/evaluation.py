@@ -1,8 +1,8 @@
 """Scoring every evaluation unit of the plan on one split, in worker processes.
 
 Each unit (a row and seed, see :class:`~velobins_eval.reproduce.plan.EvalUnit`) goes through the
-code paths of ``velobins evaluate``: :func:`~velobins_eval.evaluate.predict_flight`,
-:func:`~velobins_eval.evaluate.fuse_flight` and :func:`~velobins_eval.scoring.score`. With
+code paths of ``velobins evaluate``: :func:`~velobins_eval.evaluate.flight_record` (network then
+filter, or both in one loop for the Table I baselines) and :func:`~velobins_eval.scoring.score`. With
 ``--jobs`` > 1 the units run in a pool of spawned processes (one torch thread each, the split's
 flights loaded once per worker); Ctrl-C or an error cancels every queued unit.
 """
@@ -20,9 +20,9 @@ import numpy as np
 from velobins_common.progress import progress_bar
 
 from .. import metrics
-from ..evaluate import fuse_flight, load_ekf_config, predict_flight
+from ..evaluate import flight_record, load_ekf_config
 from ..scoring import GroundTruth, score
-from .plan import HEADLINE, REGRESSION, EvalUnit, model_dir
+from .plan import BASELINE_ROWS, HEADLINE, REGRESSION, EvalUnit, model_dir
 
 
 @dataclass
@@ -70,8 +70,7 @@ def evaluate_unit(
     result = UnitResult(unit, {}, {})
     for seq in seqs:
         # The uncertainty source is an inference argument: the model itself is not modified.
-        t, v, var = predict_flight(model, seq, uncertainty=unit.uncertainty)
-        record = fuse_flight(seq, t, v, var, unit.row, ekf_config)
+        record = flight_record(model, seq, unit.row, ekf_config=ekf_config, uncertainty=unit.uncertainty)
         gt = GroundTruth.of(seq)
         result.flights[seq.name] = score(record, gt)
         result.nees[seq.name] = metrics.nees(record.v_fused - gt.at(record.t).v, record.cov_fused).astype(np.float32)
@@ -85,8 +84,8 @@ def _evaluate_in_worker(unit: EvalUnit, checkpoint: str, keep_records: bool) -> 
 
 
 def keeps_records(unit: EvalUnit) -> bool:
-    """Whether a unit keeps its flight records (seed-0 headline and Reg.: trajectories, IMU-only stamps)."""
-    return unit.seed == 0 and unit.row in (HEADLINE, REGRESSION)
+    """Whether a unit keeps its flight records (seed 0 of the Table I methods: trajectories, IMU-only stamps)."""
+    return unit.seed == 0 and unit.row in (HEADLINE, REGRESSION, *BASELINE_ROWS)
 
 
 def evaluate_split(

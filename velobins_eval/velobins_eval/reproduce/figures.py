@@ -1,4 +1,5 @@
-"""The figures of a reproduction report: Fig. nees, Fig. bins, and one trajectory figure per shape.
+"""The figures of a reproduction report: Fig. nees, Fig. bins, one trajectory figure per shape, and
+the qualitative comparison of Table I (one held-out flight per method against ground truth).
 
 Drawn with the plot helpers of :mod:`velobins_eval.report` (Agg backend, atomic PNG writes, the
 trajectory axes that follow the ground truth).
@@ -16,7 +17,7 @@ import numpy as np
 from .. import metrics
 from ..datasets.nanobench import TRAJECTORY_SHAPES, trajectory_shape
 from ..report import HEADERS, plot_trajectories, pyplot, save_figure
-from .plan import HEADLINE, IMU_ONLY, REGRESSION, sweep_row
+from .plan import HEADLINE, IMU_ONLY, REGRESSION, TABLE1_COLUMNS, sweep_row
 from .summary import RowSummary
 
 
@@ -93,3 +94,34 @@ def trajectory_figures(records: dict[str, dict[str, Any]], seqs: list, directory
         save_figure(fig, path, dpi=100)
         paths.append(path)
     return paths
+
+
+def methods_figure(records: dict[str, dict[str, Any]], seq: Any, path: Path) -> Path | None:
+    """One panel per Table I method present (paper's qualitative figure): the fused trajectory of the
+    held-out flight ``seq`` (top view), against ground truth, with the method's ATE on it."""
+    present = [
+        (label, records[row][seq.name]) for label, row in TABLE1_COLUMNS.items() if seq.name in records.get(row, {})
+    ]
+    if not present:
+        return None
+    plt = pyplot()
+    cols = min(3, len(present))
+    rows = math.ceil(len(present) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 4.0 * rows), squeeze=False)
+    lo, hi = seq.p.min(axis=0), seq.p.max(axis=0)
+    margin = np.maximum(0.5 * (hi - lo), 1.0)
+    for ax, (label, rec) in zip(axes.flat, present, strict=False):
+        ax.plot(seq.p[:, 0], seq.p[:, 1], "k-", lw=2, label="ground truth")
+        ax.plot(rec.p_traj[:, 0], rec.p_traj[:, 1], color="C3" if label == "VeloBins" else "C0", lw=1.2, label=label)
+        gt = metrics.interp_columns(rec.t_traj, seq.t, seq.p)
+        ate = metrics.ate(rec.p_traj, gt)  # at the full trajectory rate (the table's ATE is at the updates)
+        ax.set(xlim=(lo[0] - margin[0], hi[0] + margin[0]), ylim=(lo[1] - margin[1], hi[1] + margin[1]))
+        ax.set(title=f"{label}  (ATE {ate:.2f} m, full rate)", xlabel="x [m]", ylabel="y [m]", aspect="equal")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="best")
+    for ax in list(axes.flat)[len(present) :]:
+        ax.axis("off")
+    fig.suptitle(f"EKF-fused trajectories on the held-out flight {seq.name}")
+    fig.tight_layout()
+    save_figure(fig, path, dpi=100)
+    return path

@@ -14,11 +14,16 @@ from typing import Any
 
 from velobins_common.outputs import OutputError, remove_stale_temp_files
 
-from .plan import LAYOUT, MANIFEST_NAME, MODEL_DIR, PARTIAL_SUFFIX, SPLITS, Schedule, schedule_record
+from .plan import LAYOUT, MANIFEST_NAME, MODEL_DIR, PARTIAL_SUFFIX, SPLITS, TABLES, Schedule, schedule_record
 
 
 def run_manifest(
-    schedule_name: str, schedule: Schedule, dataset: str, data: dict[str, Path], ekf: Any
+    schedule_name: str,
+    schedule: Schedule,
+    dataset: str,
+    data: dict[str, Path],
+    ekf: Any,
+    tables: tuple[str, ...] = TABLES,
 ) -> dict[str, Any]:
     """What ``reproduce.json`` records: everything a resumed run's models and reports depend on.
 
@@ -26,7 +31,7 @@ def run_manifest(
     noticed too; ``ekf`` is the resolved filter configuration (the EKF-fused columns depend on it).
     """
     doc = {
-        **schedule_record(schedule_name, schedule),
+        **schedule_record(schedule_name, schedule, tables),
         "dataset": dataset,
         "data": {k: str(v) for k, v in data.items()},
         "ekf": dataclasses.asdict(ekf) if dataclasses.is_dataclass(ekf) else ekf,

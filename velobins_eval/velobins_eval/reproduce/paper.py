@@ -19,6 +19,15 @@ PAPER_NANOBENCH: dict[str, dict[str, float]] = {
     HEADLINE: {"ave": 0.167, "rte": 0.440, "ate": 0.972, "net_ave": 0.121, "net_nll": -1.30},
 }
 """The paper's NanoBench test-split figures (docs/design.md "Paper figures to reproduce"; Table II)."""
+PAPER_TABLE1_NANOBENCH: dict[str, tuple[float, float, float]] = {
+    "TLIO": (2.501, 10.687, 13.834),
+    "EqNIO": (2.035, 9.415, 9.823),
+    "IMO": (0.685, 0.897, 1.868),
+    "AirIO": (0.640, 2.845, 9.527),
+    "AI-IO": (0.196, 0.538, 1.243),
+    "VeloBins": (0.167, 0.440, 0.972),
+}
+"""The paper's Table I, NanoBench AVG row (test split, 22 flights): EKF-fused (AVE [m/s], RTE [m], ATE [m])."""
 PAPER_NEES = {"nees_median": 3.08, "nees_in_bounds": 0.73}
 """The paper's G+H^B velocity NEES over the test sequences of all four datasets (Fig. nees, §V-C)."""
 PAPER_NEES_IN_BOUNDS_OTHERS = {"M+H^B+C": 0.64, REGRESSION: 0.61, "H^B": 0.49}
@@ -149,3 +158,26 @@ def differences_paragraph(schedule_name: str, schedule: Schedule, flights: dict[
         "unaligned), and every variant shares the encoder, EKF and data; only the supervision, bin "
         "encoding and N differ between rows."
     )
+
+
+def table1_vs_paper(rows: dict[str, RowSummary], columns: dict[str, str]) -> str:
+    """Measured AVG (this split) next to the paper's NanoBench AVG of Table I, and the rank of each method
+    by fused ATE in both (1 = best), for the methods present."""
+    present = {label: rows[name] for label, name in columns.items() if name in rows}
+
+    def ranks(values: dict[str, float]) -> dict[str, int]:
+        order = sorted(values, key=lambda k: values[k] if math.isfinite(values[k]) else math.inf)
+        return {k: i + 1 for i, k in enumerate(order)}
+
+    ours = ranks({m: r.mean["ate"] for m, r in present.items()})
+    theirs = ranks({m: PAPER_TABLE1_NANOBENCH[m][2] for m in present})
+    lines = [
+        "| method | AVE measured | AVE paper | RTE measured | RTE paper | ATE measured | ATE paper "
+        "| rank (ATE) measured / paper |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for m, r in present.items():
+        pa = PAPER_TABLE1_NANOBENCH[m]
+        cells = [f"{cell(k, r.mean[k])} | {pa[i]:.3f}" for i, k in enumerate(("ave", "rte", "ate"))]
+        lines.append(f"| {m} | " + " | ".join(cells) + f" | {ours[m]} / {theirs[m]} |")
+    return "\n".join(lines)

@@ -1,8 +1,11 @@
 """What ``velobins reproduce`` trains and scores: schedules, row names, the plan, and where its outputs live.
 
-Trainings (paper §IV-A "Implementation Details", §V ablations; schedules in :data:`SCHEDULES`):
+Trainings (paper §IV-A "Implementation Details", §V ablations; schedules in :data:`SCHEDULES`),
+for the tables asked for (:data:`TABLES`, all by default):
 
 * ``reg`` and the headline ``G+H^B`` (SPE, N = 512) for every seed of the schedule;
+* Table I: the baselines ``tlio``, ``eqnio``, ``imo``, ``airio`` with their own networks and losses
+  (``velobins train --method``), seed 0; AI-IO's column is ``reg``, VeloBins' the headline;
 * ``H^B``, ``G^B``; ``M`` and ``M+H`` trained once with a covariance decoder (``--uncertainty
   B+C``): the loss does not depend on the uncertainty source (``velobins_net.losses``), so one model
   serves its ^B, ^C and ^B+C rows, the source passed to the predictor at evaluation;
@@ -31,23 +34,30 @@ class Schedule:
         stride: training window stride [samples] (paper: 1).
         seeds: seeds of the multi-seed rows (``reg`` and the headline ``G+H^B``).
         bins_sweep: N values of the bin-resolution sweep besides the headline N (Fig. bins).
+        baseline_width: Table I baselines' channel-width multiplier (``ModelConfig.baseline_width``;
+            1 = published widths).
+        frame_width: EqNIO's frame-network width multiplier (``ModelConfig.frame_width``).
     """
 
     epochs: int
     stride: int
     seeds: tuple[int, ...]
     bins_sweep: tuple[int, ...]
+    baseline_width: float = 1.0
+    frame_width: float = 1.0
 
 
 HEADLINE_BINS = 512
 """N of the headline model (paper §IV-A); it is also the N = 512 point of the bin sweep."""
 
 SCHEDULES: dict[str, Schedule] = {
-    "cpu": Schedule(epochs=20, stride=10, seeds=(0, 1, 2), bins_sweep=(16, 32, 64, 128, 256, 1024, 2048)),
+    "cpu": Schedule(20, 10, (0, 1, 2), (16, 32, 64, 128, 256, 1024, 2048), baseline_width=0.5, frame_width=0.125),
     "full": Schedule(epochs=100, stride=1, seeds=(0, 1, 2), bins_sweep=(16, 32, 64, 128, 256, 1024, 2048)),
-    "smoke": Schedule(epochs=1, stride=50, seeds=(0,), bins_sweep=(16, 64)),
+    "smoke": Schedule(1, 50, (0,), (16, 64), baseline_width=0.25, frame_width=0.125),
 }
-"""``cpu``: a few hours on a laptop-class CPU; ``full``: the paper's schedule (GPU); ``smoke``: the test."""
+"""``cpu``: a few hours on a laptop-class CPU (the baselines at half their published widths, EqNIO's
+frame network at 1/8: its step at full width is tens of times TLIO's); ``full``: the paper's schedule
+(GPU); ``smoke``: the test."""
 
 HEADLINE = "G+H^B"
 """Row name of VeloBins' headline variant (paper Table II, bold)."""
@@ -55,6 +65,20 @@ REGRESSION = "reg"
 """Row name of the AI-IO regression baseline, Reg. (H+N)^C."""
 IMU_ONLY = "imu-only"
 """Row name of IMU integration (the same EKF, no updates)."""
+
+BASELINE_ROWS = ("tlio", "eqnio", "imo", "airio")
+"""Rows of the Table I baselines with a network of their own (velobins_net.variants.BASELINES)."""
+TABLE1_COLUMNS = {
+    "TLIO": "tlio",
+    "EqNIO": "eqnio",
+    "IMO": "imo",
+    "AirIO": "airio",
+    "AI-IO": REGRESSION,
+    "VeloBins": HEADLINE,
+}
+"""Table I (paper: main results) column label -> metrics.json row, in the paper's order."""
+TABLES = ("I", "II", "III", "bins")
+"""What ``--tables`` can select: Table I (methods), II (supervision), III (encoding), the bin sweep."""
 
 TABLE2_ROWS = ("reg", "H^B", "M^B", "M^C", "M^B+C", "M+H^B", "M+H^C", "M+H^B+C", "G^B", "G+H^B")
 """Rows of Table II (supervision ablation), in the paper's order."""
@@ -67,15 +91,38 @@ def sweep_bins(schedule: Schedule) -> list[int]:
     return sorted({*schedule.bins_sweep, HEADLINE_BINS})
 
 
-def schedule_record(name: str, schedule: Schedule) -> dict[str, Any]:
-    """The schedule as ``reproduce.json`` and ``config.json`` record it: its name and its values."""
-    return {
+def schedule_record(name: str, schedule: Schedule, tables: tuple[str, ...] = TABLES) -> dict[str, Any]:
+    """The schedule as ``reproduce.json`` and ``config.json`` record it: its name, its values and the tables.
+
+    ``tables`` is recorded only when it is not all of them, so earlier full reproductions still match.
+    """
+    record: dict[str, Any] = {
         "schedule": name,
         "epochs": schedule.epochs,
         "stride": schedule.stride,
         "seeds": list(schedule.seeds),
         "bins_sweep": sweep_bins(schedule),
     }
+    if "I" in tables:
+        record |= {"baseline_width": schedule.baseline_width, "frame_width": schedule.frame_width}
+    if tuple(tables) != TABLES:
+        record["tables"] = list(tables)
+    return record
+
+
+def parse_tables(text: str) -> tuple[str, ...]:
+    """``--tables`` (``I,II``, ``1,3``, ``all``) → the selected :data:`TABLES` in their order; ValueError if unknown."""
+    if text.strip().lower() == "all":
+        return TABLES
+    arabic = {"1": "I", "2": "II", "3": "III"}
+    picked = set()
+    for item in text.split(","):
+        name = arabic.get(item.strip(), item.strip())
+        name = name if name == "bins" else name.upper()
+        if name not in TABLES:
+            raise ValueError(f"--tables: unknown table {item.strip()!r}; choose from {', '.join(TABLES)} or all")
+        picked.add(name)
+    return tuple(t for t in TABLES if t in picked)
 
 
 def sweep_row(num_bins: int) -> str:
@@ -153,8 +200,8 @@ def _gh_job(encoding: str, num_bins: int, seed: int, headline: bool = False) -> 
     return TrainingJob(name, args, seed)
 
 
-def plan(schedule: Schedule) -> tuple[list[TrainingJob], list[EvalUnit]]:
-    """Unique trainings and the evaluation units of every row for ``schedule``."""
+def plan(schedule: Schedule, tables: tuple[str, ...] = TABLES) -> tuple[list[TrainingJob], list[EvalUnit]]:
+    """Unique trainings and the evaluation units of every row of ``tables`` for ``schedule``."""
     jobs: list[TrainingJob] = []
     units: list[EvalUnit] = []
     for seed in schedule.seeds:
@@ -162,6 +209,33 @@ def plan(schedule: Schedule) -> tuple[list[TrainingJob], list[EvalUnit]]:
         head = _gh_job("spe", HEADLINE_BINS, seed, headline=True)
         jobs += [reg, head]
         units += [EvalUnit(REGRESSION, reg.name, None, seed), EvalUnit(HEADLINE, head.name, None, seed)]
+    if "I" in tables:
+        for method in BASELINE_ROWS:
+            widths = ("--baseline-width", str(schedule.baseline_width), "--frame-width", str(schedule.frame_width))
+            jobs.append(TrainingJob(method, ("--method", method, *widths), 0))
+            units.append(EvalUnit(method, method))
+    if "II" in tables:
+        _table2(jobs, units)
+    if "III" in tables:
+        for label, encoding in (("Direct", "direct"), ("PE", "pe")):
+            job = _gh_job(encoding, HEADLINE_BINS, 0)
+            jobs.append(job)
+            units.append(EvalUnit(TABLE3_ROWS[label], job.name))
+    if "bins" in tables:
+        for n in schedule.bins_sweep:
+            if n == HEADLINE_BINS:
+                continue
+            job = _gh_job("spe", n, 0)
+            jobs.append(job)
+            units.append(EvalUnit(sweep_row(n), job.name))
+    names = [j.name for j in jobs]
+    if len(set(names)) != len(names):
+        raise ValueError(f"reproduce: duplicate training names in the plan: {names}")
+    return jobs, units
+
+
+def _table2(jobs: list[TrainingJob], units: list[EvalUnit]) -> None:
+    """Add Table II's single-seed trainings (H, M, M+H, G) and their rows."""
     single = {
         "H-B": ("--variant", "H", "--uncertainty", "B"),
         "M-BC": ("--variant", "M", "--uncertainty", "B+C"),
@@ -174,17 +248,3 @@ def plan(schedule: Schedule) -> tuple[list[TrainingJob], list[EvalUnit]]:
         units.append(EvalUnit(f"M^{source}", "M-BC", source))
         units.append(EvalUnit(f"M+H^{source}", "MH-BC", source))
     units.append(EvalUnit("G^B", "G-B"))
-    for label, encoding in (("Direct", "direct"), ("PE", "pe")):
-        job = _gh_job(encoding, HEADLINE_BINS, 0)
-        jobs.append(job)
-        units.append(EvalUnit(TABLE3_ROWS[label], job.name))
-    for n in schedule.bins_sweep:
-        if n == HEADLINE_BINS:
-            continue
-        job = _gh_job("spe", n, 0)
-        jobs.append(job)
-        units.append(EvalUnit(sweep_row(n), job.name))
-    names = [j.name for j in jobs]
-    if len(set(names)) != len(names):
-        raise ValueError(f"reproduce: duplicate training names in the plan: {names}")
-    return jobs, units

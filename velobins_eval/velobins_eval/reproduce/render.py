@@ -15,15 +15,61 @@ from velobins_common.outputs import atomic_write_text
 from .. import metrics
 from ..datasets.nanobench import TRAJECTORY_SHAPES, trajectory_shape
 from ..report import KEYS, write_metrics_json
-from .figures import bins_figure, nees_figure, trajectory_figures
-from .paper import differences_paragraph, paper_vs_measured
-from .plan import HEADLINE, IMU_ONLY, REGRESSION, TABLE2_ROWS, TABLE3_ROWS, Schedule, sweep_bins, sweep_row
+from .figures import bins_figure, methods_figure, nees_figure, trajectory_figures
+from .paper import differences_paragraph, paper_vs_measured, table1_vs_paper
+from .plan import (
+    BASELINE_ROWS,
+    HEADLINE,
+    IMU_ONLY,
+    REGRESSION,
+    TABLE1_COLUMNS,
+    TABLE2_ROWS,
+    TABLE3_ROWS,
+    TABLES,
+    Schedule,
+    sweep_bins,
+    sweep_row,
+)
 from .summary import SplitOutcome, metrics_document
 from .tables import row_cells, shape_table, table
 
+TABLE1_NOTE = (
+    "EKF-fused, filter started from ground truth, no alignment; per shape the mean over its flights, AVG the "
+    "mean over all (± std over seeds for AI-IO and VeloBins). TLIO, EqNIO, IMO and AirIO read the filter's "
+    "attitude, so network and filter run as one loop (velobins_eval.closed_loop); TLIO, EqNIO and IMO are fused "
+    "as displacements against a clone of the window start (stochastic cloning), AirIO, AI-IO and VeloBins as "
+    "body velocities. How each baseline follows its paper, and where it cannot: docs/design.md, 'Baselines'."
+)
 
-def render_report(outcome: SplitOutcome, schedule_name: str, schedule: Schedule, flights: dict[str, int]) -> str:
-    """report.md of one split (sections named in the module docstring of the docs, docs/reproduce.md)."""
+
+def table1_section(outcome: SplitOutcome) -> list[str]:
+    """Table I: the six methods by trajectory shape, the paper's AVG beside ours, the per-method figure."""
+    rows = outcome.rows
+    return [
+        "## Table I — methods (EKF-fused AVE / RTE / ATE by trajectory shape)",
+        "",
+        shape_table(rows, TABLE1_COLUMNS),
+        "",
+        TABLE1_NOTE,
+        "",
+        "### Against the paper (NanoBench AVG; paper: test split)",
+        "",
+        table1_vs_paper(rows, TABLE1_COLUMNS),
+        "",
+        "![methods](figures/methods.png)",
+        "",
+    ]
+
+
+def render_report(
+    outcome: SplitOutcome,
+    schedule_name: str,
+    schedule: Schedule,
+    flights: dict[str, int],
+    tables: tuple[str, ...] = TABLES,
+) -> str:
+    """report.md of one split (sections named in the module docstring of the docs, docs/reproduce.md);
+    the sections of ``tables`` only (Tables II and III and the bin sweep need their trainings)."""
     rows = outcome.rows
     n = len(outcome.seqs)
     cells = {name: row_cells(rows, name) for name in (*TABLE2_ROWS, IMU_ONLY) if name in rows}
@@ -35,7 +81,7 @@ def render_report(outcome: SplitOutcome, schedule_name: str, schedule: Schedule,
     sweep_cells = {f"N = {b}": row_cells(rows, sweep_row(b)) for b in sweep if sweep_row(b) in rows}
     sweep_cells["Reg."] = row_cells(rows, REGRESSION)
     seeds = ", ".join(map(str, schedule.seeds))
-    parts = [
+    head = [
         f"# VeloBins reproduction — NanoBench, `{outcome.name}` split ({n} flights)",
         "",
         f"Schedule `{schedule_name}`: {schedule.epochs} epoch(s), stride {schedule.stride}, seeds ({seeds}). "
@@ -43,6 +89,13 @@ def render_report(outcome: SplitOutcome, schedule_name: str, schedule: Schedule,
         "seed); every other row is seed 0. Each aggregate is the mean over flights. Best per column in bold "
         f"(NEES median: closest to the ideal {metrics.NEES_IDEAL_MEDIAN:.3f}; in bounds: highest).",
         "",
+    ]
+    if tuple(tables) != TABLES:
+        head += [f"Tables reproduced in this run: {', '.join(tables)}.", ""]
+    if "I" in tables:
+        head += table1_section(outcome)
+    sections: dict[str, list[str]] = {}
+    sections["II"] = [
         "## Table II — supervision ablation (network and EKF-fused)",
         "",
         table(cells, KEYS),
@@ -51,6 +104,8 @@ def render_report(outcome: SplitOutcome, schedule_name: str, schedule: Schedule,
         f"no alignment; NEES: per update, 3 dof, bounds [{metrics.NEES_BOUNDS[0]:.3f}, {metrics.NEES_BOUNDS[1]:.3f}]. "
         "M and M+H rows: one model each (trained with the covariance decoder), evaluated with each source.",
         "",
+    ]
+    sections["III"] = [
         "## Table III — bin encoding (G+H^B)",
         "",
         table(t3, t3_keys),
@@ -58,16 +113,19 @@ def render_report(outcome: SplitOutcome, schedule_name: str, schedule: Schedule,
         "The paper's Table III gives the raw network's RTE; here RTE and ATE are EKF-fused (the evaluation path "
         "of every other table).",
         "",
+    ]
+    sections["bins"] = [
         "## Bin resolution (G+H^B, seed 0 except N = 512)",
         "",
         table(sweep_cells, ("net_ave", "net_nll", "ave", "rte", "ate")),
         "",
         "![bin sweep](figures/bins.png)",
         "",
-        "## Main-table layout by trajectory shape (EKF-fused)",
-        "",
-        shape_table(rows),
-        "",
+    ]
+    body = [line for name, lines in sections.items() if name in tables for line in lines]
+    if "I" not in tables:
+        body += ["## Main-table layout by trajectory shape (EKF-fused)", "", shape_table(rows), ""]
+    tail = [
         "## NEES",
         "",
         "![NEES](figures/nees.png)",
@@ -89,7 +147,7 @@ def render_report(outcome: SplitOutcome, schedule_name: str, schedule: Schedule,
         ],
         "",
     ]
-    return "\n".join(parts)
+    return "\n".join(head + body + tail)
 
 
 DISCUSSION_HEADING = "### Discussion\n"
@@ -123,7 +181,12 @@ def keep_discussion(new_report: str, old_report: str) -> str:
 
 
 def write_split(
-    outcome: SplitOutcome, out_dir: Path, schedule_name: str, schedule: Schedule, flights: dict[str, int]
+    outcome: SplitOutcome,
+    out_dir: Path,
+    schedule_name: str,
+    schedule: Schedule,
+    flights: dict[str, int],
+    tables: tuple[str, ...] = TABLES,
 ) -> None:
     """``metrics.json``, ``report.md`` and ``figures/`` of one split under ``out_dir`` (each file atomically).
 
@@ -131,11 +194,15 @@ def write_split(
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     figures = out_dir / "figures"
-    nees_figure({n: outcome.nees[n] for n in TABLE2_ROWS if n in outcome.nees}, figures / "nees.png")
-    bins_figure(outcome.rows, sweep_bins(schedule), figures / "bins.png")
+    nees_rows = (*BASELINE_ROWS, *TABLE2_ROWS)
+    nees_figure({n: outcome.nees[n] for n in nees_rows if n in outcome.nees}, figures / "nees.png")
+    if "bins" in tables:
+        bins_figure(outcome.rows, sweep_bins(schedule), figures / "bins.png")
     trajectory_figures(outcome.records, outcome.seqs, figures)
+    if "I" in tables and outcome.seqs:
+        methods_figure(outcome.records, outcome.seqs[0], figures / "methods.png")
     write_metrics_json(out_dir / "metrics.json", metrics_document(outcome.rows))
-    report = render_report(outcome, schedule_name, schedule, flights)
+    report = render_report(outcome, schedule_name, schedule, flights, tables)
     old = out_dir / "report.md"
     if old.is_file():
         kept = keep_discussion(report, old.read_text(encoding="utf-8"))

@@ -37,13 +37,15 @@ def row_cells(rows: dict[str, RowSummary], name: str) -> Cells:
     return rows[name].mean, rows[name].std
 
 
-def shape_table(rows: dict[str, RowSummary]) -> str:
+def shape_table(rows: dict[str, RowSummary], columns: Mapping[str, str] = SHAPE_METHODS) -> str:
     """The main-table layout (paper Table I): rows per trajectory shape (× count), AVE/RTE/ATE per method.
+
+    ``columns``: column label -> metrics.json row (those present are shown, in this order).
 
     Per-shape cells are the mean over the shape's flights, averaged over seeds; the AVG row is the
     aggregate (mean ± std over seeds). Best method per row and metric in bold.
     """
-    methods = {label: rows[name] for label, name in SHAPE_METHODS.items() if name in rows}
+    methods = {label: rows[name] for label, name in columns.items() if name in rows}
     flights = list(next(iter(methods.values())).flights)
     shapes = [s for s in TRAJECTORY_SHAPES if any(trajectory_shape(f) == s for f in flights)]
     lines = [

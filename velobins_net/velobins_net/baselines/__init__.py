@@ -10,21 +10,33 @@ its training loss. Facts and deviations per method: the module docs and docs/des
 from __future__ import annotations
 
 from ..config import ModelConfig
-from .airio import AirIONet
+from .airio import AIRIO_CHANNELS, AirIONet
 from .base import BaselineNet
-from .eqnio import EqNIONet
-from .imo import IMONet
+from .eqnio import EQNIO_HIDDEN, EqNIONet
+from .imo import IMO_CHANNELS, IMONet
 from .losses import BASELINE_METHODS, baseline_loss
-from .tlio import TLIONet
+from .tlio import TLIO_BASE_WIDTH, TLIONet
 
 _CLASSES: dict[str, type[BaselineNet]] = {"tlio": TLIONet, "eqnio": EqNIONet, "imo": IMONet, "airio": AirIONet}
 
 
 def build(cfg: ModelConfig) -> BaselineNet:
-    """The baseline network of ``cfg.method`` with its published widths."""
+    """The baseline network of ``cfg.method``: its published widths times ``cfg.baseline_width`` (EqNIO's
+    frame network: ``cfg.frame_width``); depths, kernels and every other choice unchanged."""
     if cfg.method not in _CLASSES:
         raise ValueError(f"baselines.build: method must be one of {tuple(_CLASSES)}, got {cfg.method!r}")
-    return _CLASSES[cfg.method](cfg)
+    w = cfg.baseline_width
+
+    def scaled(width: int, factor: float = w) -> int:
+        return max(4, round(width * factor))
+
+    if cfg.method == "tlio":
+        return TLIONet(cfg, base_width=scaled(TLIO_BASE_WIDTH))
+    if cfg.method == "eqnio":
+        return EqNIONet(cfg, base_width=scaled(TLIO_BASE_WIDTH), hidden=scaled(EQNIO_HIDDEN, cfg.frame_width))
+    if cfg.method == "imo":
+        return IMONet(cfg, channels=tuple(scaled(c) for c in IMO_CHANNELS))
+    return AirIONet(cfg, channels=tuple(scaled(c) for c in AIRIO_CHANNELS))
 
 
 __all__ = ["BASELINE_METHODS", "AirIONet", "BaselineNet", "EqNIONet", "IMONet", "TLIONet", "baseline_loss", "build"]

@@ -33,6 +33,8 @@ import torch
 from torch import nn
 from torch.nn.utils import parametrizations
 
+from velobins_common.constants import STANDARD_GRAVITY
+
 from ..config import ModelConfig
 from ..model import NetOutput
 from .base import TLIO_MIN_LOG_STD, BaselineNet, diagonal_output
@@ -46,9 +48,6 @@ IMO_KERNEL = 2
 
 IMO_DROPOUT = 0.2
 """Dropout inside each TemporalBlock."""
-
-GRAVITY = 9.81
-"""[m/s²] the training-average thrust the proxy is scaled to."""
 
 
 class TemporalBlock(nn.Module):
@@ -127,7 +126,7 @@ class IMONet(BaselineNet):
         super().set_normalization(mean, std)
         total = float(self.norm_mean[6:].sum())
         with torch.no_grad():
-            self.thrust_scale.fill_(GRAVITY / total if total > 0 else 1.0)
+            self.thrust_scale.fill_(STANDARD_GRAVITY / total if total > 0 else 1.0)
 
     def features(self, x: torch.Tensor) -> torch.Tensor:
         """Raw window → the TCN's input (B, 6, T): [gyro, thrust vector], both in the yaw frame of the window start."""
