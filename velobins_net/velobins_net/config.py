@@ -7,6 +7,7 @@ plain dict and compare them field by field when it is loaded or resumed.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -25,6 +26,14 @@ SIGMA_MIN_BIN_FRACTION = 0.1
 
 RANGE_MARGIN = 1.1
 """R = RANGE_MARGIN × the training set's axis-wise max |body velocity| (Implementation Details)."""
+
+MIN_LOG_STD = math.log(1e-3)
+"""Floor of a predicted log σ in the Gaussian NLL of TLIO, EqNIO, IMO and AI-IO (their ``losses.py``:
+``MIN_LOG_STD = np.log(1e-3)``; the loss uses max(log σ, floor), so no gradient pushes σ below 1 mm)."""
+
+AIIO_FILTER_MIN_LOG_STD = -4.0
+"""AI-IO's floor on the log σ it hands to the filter (``meas_source_network.py``: log σ < −4 → −4,
+σ² ≥ e⁻⁸ ≈ 3.4·10⁻⁴): the regression baseline's reported variance (``decoders.covariance_variance``)."""
 
 CHECKPOINT_FORMAT_VERSION = 1
 """Bumped whenever the checkpoint layout changes; loading another version is an error."""

@@ -94,8 +94,12 @@ def laplace_variance(scale: torch.Tensor) -> torch.Tensor:
     return 2.0 * scale.square()
 
 
-def covariance_variance(log_sigma: torch.Tensor) -> torch.Tensor:
-    """Variance of the covariance decoder, σ² = exp(2 log σ)."""
+def covariance_variance(log_sigma: torch.Tensor, min_log_sigma: float | None = None) -> torch.Tensor:
+    """Variance of the covariance decoder, σ² = exp(2 log σ), with log σ floored at ``min_log_sigma``
+    when given (the AI-IO head: :data:`velobins_net.config.AIIO_FILTER_MIN_LOG_STD`, as AI-IO hands
+    it to its filter)."""
+    if min_log_sigma is not None:
+        log_sigma = log_sigma.clamp_min(min_log_sigma)
     return torch.exp(2.0 * log_sigma)
 
 

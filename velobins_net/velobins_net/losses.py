@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from .bins import BinGrid
-from .config import HUBER_DELTA, LAMBDA_HUBER, LAMBDA_KL
+from .config import HUBER_DELTA, LAMBDA_HUBER, LAMBDA_KL, MIN_LOG_STD
 from .decoders import LEGACY_M_CHECKPOINT, laplace_scale
 from .labels import error_conditioned_labels
 from .model import NetOutput
@@ -81,6 +81,7 @@ def gaussian_nll_sum_over_axes(v_hat: torch.Tensor, log_sigma: torch.Tensor, v: 
     The training loss (eq:total_loss sums per-axis terms); ``velobins_eval.metrics.gaussian_nll``
     is the evaluation metric, averaged over axes.
     """
+    log_sigma = log_sigma.clamp_min(MIN_LOG_STD)  # AI-IO's (and TLIO's) floor: no gradient below σ = 1 mm/s
     return (_HALF_LOG_2PI + log_sigma + 0.5 * (v - v_hat).square() * torch.exp(-2.0 * log_sigma)).sum(-1).mean()
 
 

@@ -25,7 +25,7 @@ from torch import nn
 
 from . import accel
 from .bins import decode, decode_queries
-from .config import ModelConfig
+from .config import AIIO_FILTER_MIN_LOG_STD, ModelConfig
 from .decoders import (
     BinDecoder,
     CovarianceHead,
@@ -101,13 +101,14 @@ def covariance_block(
 ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
     """The covariance decoder's raw block (B, 3) → (variance, log σ, RTMO σ); all None without one.
 
-    AI-IO head (``span`` None): the block is log σ, variance exp(2 log σ). M head: σ = rtmo_sigma(block),
-    Laplace scale b = laplace_scale(σ, span), variance 2b², log σ = ½ log 2b² (docs/design.md).
+    AI-IO head (``span`` None): the block is log σ, variance exp(2 max(log σ, −4)) (AI-IO's filter
+    floor). M head: σ = rtmo_sigma(block), Laplace scale b = laplace_scale(σ, span), variance 2b²,
+    log σ = ½ log 2b² (docs/design.md).
     """
     if cov is None:
         return None, None, None
     if span is None:
-        return covariance_variance(cov), cov, None
+        return covariance_variance(cov, AIIO_FILTER_MIN_LOG_STD), cov, None
     sigma = rtmo_sigma(cov)
     var = laplace_variance(laplace_scale(sigma, span))
     return var, 0.5 * torch.log(var), sigma

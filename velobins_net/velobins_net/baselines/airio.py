@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from ..config import ModelConfig
+from ..decoders import covariance_variance
 from ..model import NetOutput
 from .base import BaselineNet
 from .frames import so3_log, split_window
@@ -86,4 +87,4 @@ class AirIONet(BaselineNet):
         z, _ = self.gru2(z)
         h = z[:, -1]
         log_sigma = 0.5 * (self.cov_decoder(h) - AIRIO_COV_SHIFT)
-        return NetOutput(self.vel_decoder(h), torch.exp(2.0 * log_sigma), None, None, log_sigma)
+        return NetOutput(self.vel_decoder(h), covariance_variance(log_sigma), None, None, log_sigma)

@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import nn
 
 from ..config import ModelConfig
 from ..decoders import check_uncertainty, covariance_variance
 from ..model import NetOutput
-
-TLIO_MIN_LOG_STD = math.log(1e-3)
-"""TLIO's lower bound on log σ (CathIAS/TLIO ``src/network/losses.py``: ``MIN_LOG_STD = np.log(1e-3)``,
-applied with ``torch.maximum`` before the NLL); EqNIO's fork keeps it."""
 
 
 class BaselineNet(nn.Module):

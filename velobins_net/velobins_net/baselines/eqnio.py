@@ -31,9 +31,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..config import ModelConfig
+from ..config import MIN_LOG_STD, ModelConfig
+from ..decoders import covariance_variance
 from ..model import NetOutput
-from .base import TLIO_MIN_LOG_STD, BaselineNet
+from .base import BaselineNet
 from .frames import gravity_aligned, split_window
 from .tlio import TLIO_BASE_WIDTH, ResNet1D
 
@@ -176,9 +177,9 @@ class EqNIONet(BaselineNet):
         c_acc = torch.einsum("bji,btj->bti", f3, ga_acc)  # Fᵀ u: yaw-invariant
         c_gyro = torch.einsum("bji,btj->bti", f3, ga_gyro)
         d_c, log_sigma = self.backbone(torch.cat([c_gyro, c_acc], -1).transpose(1, 2))
-        log_sigma = log_sigma.clamp_min(TLIO_MIN_LOG_STD)
+        log_sigma = log_sigma.clamp_min(MIN_LOG_STD)
         d = torch.einsum("bij,bj->bi", f3, d_c)
-        cov = f3 @ torch.diag_embed(torch.exp(2.0 * log_sigma)) @ f3.transpose(1, 2)
+        cov = f3 @ torch.diag_embed(covariance_variance(log_sigma)) @ f3.transpose(1, 2)
         return d, cov, log_sigma, f3
 
     def forward(self, x: torch.Tensor, uncertainty: str | None = None) -> NetOutput:

@@ -35,9 +35,9 @@ from torch.nn.utils import parametrizations
 
 from velobins_common.constants import STANDARD_GRAVITY
 
-from ..config import ModelConfig
+from ..config import MIN_LOG_STD, ModelConfig
 from ..model import NetOutput
-from .base import TLIO_MIN_LOG_STD, BaselineNet, diagonal_output
+from .base import BaselineNet, diagonal_output
 from .frames import gravity_aligned, split_window
 
 IMO_CHANNELS = (64, 64, 64, 64, 128, 128, 128)
@@ -139,4 +139,4 @@ class IMONet(BaselineNet):
         """x (B, T, 6+K+9) → displacement [m] in the window start's yaw frame, var = σ² (source C only)."""
         self.check_call(x, uncertainty)
         h = self.tcn(self.features(x))
-        return diagonal_output(self.mean_head(h), self.log_sigma_head(h).clamp_min(TLIO_MIN_LOG_STD))
+        return diagonal_output(self.mean_head(h), self.log_sigma_head(h).clamp_min(MIN_LOG_STD))

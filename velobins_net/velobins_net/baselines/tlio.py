@@ -27,9 +27,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..config import ModelConfig
+from ..config import MIN_LOG_STD, ModelConfig
 from ..model import NetOutput
-from .base import TLIO_MIN_LOG_STD, BaselineNet, diagonal_output
+from .base import BaselineNet, diagonal_output
 from .frames import gravity_aligned, split_window
 
 TLIO_BASE_WIDTH = 64
@@ -157,4 +157,4 @@ class TLIONet(BaselineNet):
         """x (B, T, 6+K+9) → displacement [m] in the window start's yaw frame, var = σ² (source C only)."""
         self.check_call(x, uncertainty)
         mean, log_sigma = self.backbone(self.features(x))
-        return diagonal_output(mean, log_sigma.clamp_min(TLIO_MIN_LOG_STD))
+        return diagonal_output(mean, log_sigma.clamp_min(MIN_LOG_STD))
