@@ -68,6 +68,8 @@ IMU_ONLY = "imu-only"
 
 BASELINE_ROWS = ("tlio", "eqnio", "imo", "airio")
 """Rows of the Table I baselines with a network of their own (velobins_net.variants.BASELINES)."""
+BASELINE_ORDER = ("eqnio", "imo", "tlio", "airio")
+"""Training order of the baselines: slowest first, so two workers finish together."""
 TABLE1_COLUMNS = {
     "TLIO": "tlio",
     "EqNIO": "eqnio",
@@ -204,16 +206,18 @@ def plan(schedule: Schedule, tables: tuple[str, ...] = TABLES) -> tuple[list[Tra
     """Unique trainings and the evaluation units of every row of ``tables`` for ``schedule``."""
     jobs: list[TrainingJob] = []
     units: list[EvalUnit] = []
+    later: list[TrainingJob] = []  # seeds after the first train after Table I's baselines (the longest jobs)
     for seed in schedule.seeds:
         reg = TrainingJob(f"reg-s{seed}", ("--variant", "reg"), seed)
         head = _gh_job("spe", HEADLINE_BINS, seed, headline=True)
-        jobs += [reg, head]
+        (jobs if seed == schedule.seeds[0] else later).extend([reg, head])
         units += [EvalUnit(REGRESSION, reg.name, None, seed), EvalUnit(HEADLINE, head.name, None, seed)]
     if "I" in tables:
-        for method in BASELINE_ROWS:
+        for method in BASELINE_ORDER:
             widths = ("--baseline-width", str(schedule.baseline_width), "--frame-width", str(schedule.frame_width))
             jobs.append(TrainingJob(method, ("--method", method, *widths), 0))
-            units.append(EvalUnit(method, method))
+        units += [EvalUnit(method, method) for method in BASELINE_ROWS]
+    jobs += later
     if "II" in tables:
         _table2(jobs, units)
     if "III" in tables:
