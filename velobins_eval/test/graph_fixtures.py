@@ -157,6 +157,7 @@ class TopicRecorder:
         check_finite: also flatten each message and record whether every number is finite (costs
             CPU: leave off for topics that only serve latency).
         depth: subscription queue depth (deep, so a busy moment loses nothing).
+        keep: topics whose messages are also kept, in arrival order, in ``messages``.
     """
 
     domain_id: int
@@ -164,7 +165,9 @@ class TopicRecorder:
     sensor_topics: tuple[str, ...] = ()
     check_finite: tuple[str, ...] = ()
     depth: int = 2000
+    keep: tuple[str, ...] = ()
     arrivals: dict[str, list[Arrival]] = field(default_factory=dict)
+    messages: dict[str, list[Any]] = field(default_factory=dict)
 
     def __enter__(self) -> TopicRecorder:
         import rclpy
@@ -180,6 +183,8 @@ class TopicRecorder:
             reliability = ReliabilityPolicy.BEST_EFFORT if topic in self.sensor_topics else ReliabilityPolicy.RELIABLE
             qos = QoSProfile(depth=self.depth, reliability=reliability)
             self.arrivals[topic] = []
+            if topic in self.keep:
+                self.messages[topic] = []
             self._node.create_subscription(msg_type, topic, self._callback(topic), qos)
         self._executor = SingleThreadedExecutor(context=self._ctx)
         self._executor.add_node(self._node)
@@ -191,12 +196,15 @@ class TopicRecorder:
     def _callback(self, topic: str):
         rows = self.arrivals[topic]
         check = topic in self.check_finite
+        kept = self.messages.get(topic)
 
         def on_message(msg: Any) -> None:
             wall = time.monotonic()
             stamp = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
             finite = all(math.isfinite(x) for x in message_numbers(msg)) if check else True
             rows.append(Arrival(stamp, wall, finite))
+            if kept is not None:
+                kept.append(msg)
 
         return on_message
 
