@@ -48,9 +48,10 @@ HISTORY_LENGTH = 2.0
 """filter.history_length [s]: window (1 s) + latency, with room for a busy machine."""
 MIN_SHARE = 0.8
 """Displacements published / 20 Hz slots after the first full window (some slots may lack a fresh attitude)."""
-AGREE_TOL = 0.05
+AGREE_TOL = 0.2
 """Graph vs offline fused position at the update stamps [m], max over updates: the same inputs applied in
-another order (the graph makes clones by re-propagation, the offline filter asks for them ahead)."""
+another order (the graph's latency varies, so which displacements each re-propagation re-applies does too),
+on a filter that this poor model drives far off (hundreds of metres): measured 0.01-0.03 m"""
 
 
 @dataclass(frozen=True)
@@ -173,6 +174,8 @@ def test_tlio_displacements_through_the_graph(
     args = (seq.t, seq.acc, seq.gyro, none[:, 0], none, np.zeros((0, 3, 3)))
     offline = run_offline(*args, init_state=init, config=ekf, on_imu=late)
     off = {round(u.stamp, 6): u.pos for u in offline.displacement_updates}
+    inside = t_end < seq.t[-1]  # one ending at the last IMU sample: the offline loop has no later sample
+    t_end, p_graph = t_end[inside], p_graph[inside]
     p_off = np.array([off[round(t, 6)] for t in t_end])
     imu_only = run_offline(*args, init_state=init, config=ekf)
     p_imu = np.array([imu_only.pos[np.searchsorted(imu_only.t, t)] for t in t_end])
