@@ -5,6 +5,9 @@ functions (:func:`velobins_net.encoder.encode`, :func:`velobins_net.model.heads`
 weights (precomputed bin encodings baked in as constants) and returns plain tensors:
 ``velocity (B, 3)``, ``variance (B, 3)`` and, for bin models, ``probs (B, 3, N)``.
 Input: ``window (B, T, 6+K)`` raw [acc, gyro, rotor] at the model rate (normalisation inside).
+The Table I baselines (:mod:`velobins_net.baselines`) export through :class:`BaselineExportWrapper`:
+input ``window (B, T, 6+K+9)`` (the attitude R row-major last), outputs ``velocity`` (AirIO) or
+``displacement`` (TLIO, EqNIO, IMO), ``variance`` and, for EqNIO, ``covariance (B, 3, 3)``.
 
 :func:`check_parity` runs an exported file (TorchScript through ``torch.jit``, ONNX through
 onnxruntime) on random windows and compares every output with the PyTorch model: the check the
@@ -70,15 +73,55 @@ class ExportWrapper(nn.Module):
         return ["velocity", "variance", "probs"] if self.has_bins else ["velocity", "variance"]
 
 
-def _example(model: VeloBinsNet, batch: int = 1) -> torch.Tensor:
+class BaselineExportWrapper(nn.Module):
+    """Tensor-only interface of a Table I baseline in eval mode (its own forward, traced as it is)."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model.eval()
+        self.has_cov = model.cfg.method == "eqnio"
+        self.first = "displacement" if model.cfg.output_kind == "displacement" else "velocity"
+
+    def forward(self, window: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """window (B, T, 6+K+9) → (velocity or displacement, variance[, covariance])."""
+        out = self.model(window)
+        return (out.v, out.var, out.cov) if self.has_cov else (out.v, out.var)
+
+    def output_names(self) -> list[str]:
+        """Names of the outputs, in order."""
+        return [self.first, "variance", *(["covariance"] if self.has_cov else [])]
+
+
+def export_wrapper(model: nn.Module, uncertainty: str | None = None) -> ExportWrapper | BaselineExportWrapper:
+    """The export interface of ``model``: :class:`ExportWrapper` (VeloBins, AI-IO) or :class:`BaselineExportWrapper`."""
+    if model.cfg.method != "velobins":
+        return BaselineExportWrapper(model)
+    return ExportWrapper(model, uncertainty)
+
+
+def _example(model: VeloBinsNet, batch: int = 1, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Random windows; for attitude-input models the attitude channels hold random rotations."""
     cfg = model.cfg
-    return torch.randn(batch, cfg.window_len, cfg.input_channels)
+    window = torch.randn(batch, cfg.window_len, cfg.input_channels, generator=generator)
+    if cfg.attitude_input:
+        q = torch.randn(batch, 1, 4, generator=generator)
+        x, y, z, w = (q / q.norm(dim=-1, keepdim=True)).unbind(-1)
+        rot = torch.stack(
+            [
+                1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w),
+                2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w),
+                2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y),
+            ],
+            -1,
+        )  # fmt: skip
+        window[..., cfg.sensor_channels :] = rot.expand(batch, cfg.window_len, 9)
+    return window
 
 
 def export_torchscript(model: VeloBinsNet, path: str | Path) -> Path:
     """Trace the eval-mode model to a TorchScript file (any batch size)."""
     path = Path(path)
-    wrapper = ExportWrapper(model)
+    wrapper = export_wrapper(model)
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore", torch.jit.TracerWarning)
         warnings.simplefilter("ignore", DeprecationWarning)  # torch.jit: deprecated upstream, still libtorch's format
@@ -90,7 +133,7 @@ def export_torchscript(model: VeloBinsNet, path: str | Path) -> Path:
 def export_onnx(model: VeloBinsNet, path: str | Path, opset: int = 17) -> Path:
     """Export the eval-mode model to ONNX with a dynamic batch axis (TorchScript-based exporter)."""
     path = Path(path)
-    wrapper = ExportWrapper(model)
+    wrapper = export_wrapper(model)
     names = wrapper.output_names()
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # the legacy exporter needs no onnxscript
@@ -177,11 +220,12 @@ def check_parity(model: VeloBinsNet, path: str | Path, fmt: str, cfg: ExportConf
     """Compare the export at ``path`` with ``model`` on ``cfg.parity_batch`` random windows."""
     model = model.eval()
     gen = torch.Generator().manual_seed(cfg.parity_seed)
-    window = torch.randn(cfg.parity_batch, model.cfg.window_len, model.cfg.input_channels, generator=gen)
+    window = _example(model, cfg.parity_batch, gen)
     with torch.no_grad():
         ref = model(window)
-    names = ExportWrapper(model).output_names()
+    names = export_wrapper(model).output_names()
     expected = [ref.v, ref.var] + ([torch.softmax(ref.logits, dim=-1)] if ref.logits is not None else [])
+    expected += [ref.cov] if ref.cov is not None else []
     got = run_exported(path, fmt, window.numpy())
     if len(got) != len(expected):
         raise ValueError(f"{path}: the export returns {len(got)} outputs, the model {len(expected)}")

@@ -97,8 +97,10 @@ def vector_layer_norm(v: torch.Tensor) -> torch.Tensor:
 
 
 def scalar_layer_norm(s: torch.Tensor) -> torch.Tensor:
-    """LayerNorm of scalars (B, S, T) over the channels."""
-    return F.layer_norm(s.transpose(1, 2), (s.shape[1],)).transpose(1, 2)
+    """LayerNorm of scalars (B, S, T) over the channels (no affine; ε = 1e-5 as ``F.layer_norm``),
+    written out so an ONNX export sees no shape-dependent argument."""
+    mean = s.mean(1, keepdim=True)
+    return (s - mean) * torch.rsqrt(s.var(1, unbiased=False, keepdim=True) + 1e-5)
 
 
 def equivariant_inputs(ga_acc: torch.Tensor, ga_gyro: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -179,7 +181,14 @@ class EqNIONet(BaselineNet):
         d_c, log_sigma = self.backbone(torch.cat([c_gyro, c_acc], -1).transpose(1, 2))
         log_sigma = log_sigma.clamp_min(MIN_LOG_STD)
         d = torch.einsum("bij,bj->bi", f3, d_c)
-        cov = f3 @ torch.diag_embed(covariance_variance(log_sigma)) @ f3.transpose(1, 2)
+        cov = (
+            f3
+            @ (
+                covariance_variance(log_sigma).unsqueeze(-1)
+                * torch.eye(3, dtype=log_sigma.dtype, device=log_sigma.device)
+            )
+            @ f3.transpose(1, 2)
+        )
         return d, cov, log_sigma, f3
 
     def forward(self, x: torch.Tensor, uncertainty: str | None = None) -> NetOutput:
