@@ -18,8 +18,8 @@ import torch
 
 from velobins_net.bins import BinGrid
 from velobins_net.config import ModelConfig
-from velobins_net.losses import variant_loss
-from velobins_net.model import build_model, count_parameters
+from velobins_net.model import count_parameters
+from velobins_net.networks import build_model, training_loss
 from velobins_net.variants import BASELINES, parse_variant
 
 
@@ -38,7 +38,7 @@ def step_seconds(cfg: ModelConfig, variant: str, steps: int) -> tuple[int, float
     times = []
     for i in range(steps + 1):
         t0 = time.perf_counter()
-        loss = variant_loss(var, model(x), y, grid, centres, use_nll=True)[0]
+        loss = training_loss(var, model(x), y, grid, centres, use_nll=True)[0]
         opt.zero_grad()
         loss.backward()
         opt.step()

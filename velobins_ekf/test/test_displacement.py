@@ -262,3 +262,24 @@ def test_invalid_and_too_old_displacements_are_dropped_and_counted() -> None:
     assert f.stats.disp_invalid == 3
     assert not f.add_displacement(0.2, 0.7, np.zeros(3), np.eye(3))  # clone far before the history
     assert f.stats.disp_too_old == 1
+
+
+def test_a_clone_on_the_stamp_of_a_displacement_end_is_applied_once_the_imu_reaches_it() -> None:
+    """Two events on one IMU stamp (a window's end and the next window's start, as a re-anchored
+    20 Hz grid makes them): both are applied there; it used to divide by the zero interval."""
+    cfg = EkfConfig(history_length=1.5)
+    rng = np.random.default_rng(4)
+    filt = VelocityEkf(cfg)
+    filt.initialize(0.0, NavState.from_pose(np.array([0.0, 0.0, 0.0, 1.0]), np.zeros(3), np.zeros(3)))
+    stamps = np.arange(1, 151) / 100.0
+    gravity = np.array([0.0, 0.0, 9.80665])
+    for t in stamps[:50]:
+        filt.add_imu(float(t), gravity + 0.01 * rng.standard_normal(3), 0.001 * rng.standard_normal(3))
+    assert filt.request_clone(0.5)  # now (the filter is at 0.5): made at once
+    assert filt.add_displacement(0.5, 1.0, np.zeros(3), 0.01 * np.eye(3))  # pending until 1.0
+    assert filt.request_clone(1.0)  # the next window's start on the same stamp as the end
+    for t in stamps[50:]:
+        filt.add_imu(float(t), gravity + 0.01 * rng.standard_normal(3), 0.001 * rng.standard_normal(3))
+    assert filt.stats.disp_applied == 1 and len(filt.displacement_updates) == 1
+    assert filt.displacement_updates[0].stamp == 1.0 and filt.displacement_updates[0].accepted
+    assert np.all(np.isfinite(filt.state.pos))

@@ -56,9 +56,10 @@ class EkfConfig:
     gate_threshold: float = param(16.27, min=0.01, max=1e6, live=True)
     """NIS threshold (3 dof) above which an update is rejected when gating is on; 16.27 = χ²₃ 99.9 %."""
 
-    history_length: float = param(1.0, min=0.01, max=60.0)
-    """Seconds of IMU samples and filter snapshots kept to apply late (out-of-order) velocity
-    measurements at their own stamp; older measurements are dropped and counted. Typical 0.5–2."""
+    history_length: float = param(1.5, min=0.01, max=60.0)
+    """Seconds of IMU samples and filter snapshots kept to apply late (out-of-order) measurements at
+    their own stamp and to make a displacement's clone at its window start by re-propagation (1 s
+    windows + latency: 1.5); older measurements are dropped and counted. Typical 0.5–2."""
     snapshot_period: float = param(0.05, min=1e-4, max=10.0)
     """Minimum spacing [s] of the state snapshots re-propagation starts from (one is also taken after
     every update). Smaller = less re-propagation work per late measurement, more memory. Typical 0.05."""

@@ -314,7 +314,7 @@ class VelocityEkf:
             m = pending.pop(0)
             t0 = self._t
             s0 = self._sample if self._sample is not None else s1
-            w = (m.t - t0) / (t1 - t0)
+            w = (m.t - t0) / (t1 - t0) if t1 > t0 else 1.0  # a second event on the same IMU stamp
             sm: Sample = tuple(a + w * (b - a) for a, b in zip(s0, s1, strict=True))  # type: ignore[assignment]
             self._propagate_to(m.t, sm)
             self._apply(m)

@@ -29,6 +29,13 @@ window start can be made by re-propagation (``EkfConfig.history_length`` is rais
 window + this for displacement methods)."""
 
 
+def ground_truth_state(seq: Flight, index: int = 0):
+    """EKF NavState of the ground truth at row ``index`` (every evaluation starts the filter there)."""
+    from velobins_ekf.ekf import NavState
+
+    return NavState.from_pose(seq.q[index], seq.v[index], seq.p[index])
+
+
 def filter_config_for(model, ekf_config=None):
     """``ekf_config`` (defaults when None) with enough history for the model's displacement windows."""
     from velobins_ekf.config import EkfConfig
@@ -48,8 +55,6 @@ def closed_loop_flight(model, seq: Flight, method: str, predictor_config=None, e
     """
     from velobins_ekf.offline import run_offline
     from velobins_net.inference import PredictorConfig, StreamingPredictor
-
-    from .evaluate import ground_truth_state
 
     predictor = StreamingPredictor(model, predictor_config or PredictorConfig())
     displacement = model.cfg.output_kind == "displacement"

@@ -30,7 +30,7 @@ import numpy as np
 from velobins_common.outputs import RunLayout, open_run_dir, output_mode
 
 from . import metrics
-from .closed_loop import closed_loop_flight
+from .closed_loop import closed_loop_flight, ground_truth_state
 from .report import method_label, write_report
 from .scoring import FlightRecord, GroundTruth
 from .scoring import score as score  # re-exported: callers of velobins_eval.evaluate.score
@@ -48,13 +48,6 @@ def load_ekf_config(params_files: list[Path] | None = None):
     from velobins_ekf.params import load_filter_config
 
     return load_filter_config(params_files)
-
-
-def ground_truth_state(seq: Flight, index: int = 0):
-    """EKF NavState of the ground truth at row ``index`` (the evaluation starts the filter there)."""
-    from velobins_ekf.ekf import NavState
-
-    return NavState.from_pose(seq.q[index], seq.v[index], seq.p[index])
 
 
 def predict_flight(model, seq: Flight, config=None, uncertainty: str | None = None) -> tuple[np.ndarray, ...]:

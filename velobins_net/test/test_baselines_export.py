@@ -7,7 +7,7 @@ import torch
 
 from velobins_net.config import ModelConfig
 from velobins_net.export import FORMATS, check_parity, export_model, export_wrapper
-from velobins_net.model import build_model
+from velobins_net.networks import build_model
 
 
 @pytest.mark.parametrize("method", ["tlio", "eqnio", "imo", "airio"])

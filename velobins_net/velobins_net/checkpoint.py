@@ -18,7 +18,8 @@ import torch
 from velobins_common.outputs import atomic_path
 
 from .config import CHECKPOINT_FORMAT_VERSION, ModelConfig
-from .model import VeloBinsNet, build_model
+from .model import VeloBinsNet
+from .networks import build_model
 
 REQUIRED_KEYS = ("format_version", "model_config", "variant", "bins", "normalization", "model_state")
 

@@ -113,10 +113,8 @@ def variant_loss(
     """
     terms: dict[str, torch.Tensor] = {}
     if variant.is_baseline:
-        from .baselines.losses import baseline_loss
-
-        terms[variant.method] = baseline_loss(variant.method, out, v, use_nll)
-    elif variant.is_regression:
+        raise ValueError(f"variant {variant.name}: a baseline's loss is velobins_net.networks.training_loss's")
+    if variant.is_regression:
         assert out.log_sigma is not None
         if use_nll:
             terms["nll"] = gaussian_nll_sum_over_axes(out.v, out.log_sigma, v)

@@ -199,16 +199,6 @@ class VeloBinsNet(nn.Module):
         self.encoder._cache.clear()
 
 
-def build_model(cfg: ModelConfig) -> nn.Module:
-    """The network of ``cfg.method``: :class:`VeloBinsNet`, or a Table I baseline
-    (:func:`velobins_net.baselines.build`); every one maps a raw window to a :class:`NetOutput`."""
-    if cfg.method == "velobins":
-        return VeloBinsNet(cfg)
-    from .baselines import build
-
-    return build(cfg)
-
-
 def count_parameters(module: nn.Module) -> int:
     """Number of trainable parameters."""
     return sum(p.numel() for p in module.parameters() if p.requires_grad)

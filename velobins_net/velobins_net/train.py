@@ -37,7 +37,7 @@ from .bins import BinGrid, velocity_range_from
 from .checkpoint import CheckpointError, git_commit, read_checkpoint, save_checkpoint
 from .config import ModelConfig, config_differences
 from .data import SequenceLike, WindowDataset, describe_sources, fit_normalization
-from .model import build_model
+from .networks import build_model
 from .schedule import (
     LR_SCHEDULES,
     BudgetPlanner,

@@ -18,8 +18,9 @@ from .bins import BinGrid
 from .config import LAMBDA_KL
 from .data import WindowDataset
 from .labels import error_conditioned_labels
-from .losses import kl_loss, variant_loss
+from .losses import kl_loss
 from .model import VeloBinsNet
+from .networks import training_loss
 from .schedule import nees_bounds, time_steps
 from .variants import Variant
 
@@ -99,16 +100,16 @@ def weighted_loss(
     use_nll: bool,
     kl_weight: float,
 ) -> torch.Tensor:
-    """The variant's loss (:func:`~.losses.variant_loss`) with λ_KL multiplied by ``kl_weight`` (the KL ramp)."""
+    """The variant's loss (:func:`~.networks.training_loss`) with λ_KL multiplied by ``kl_weight`` (the KL ramp)."""
     if kl_weight == 1.0 or not variant.uses_kl or variant.is_regression:
-        return variant_loss(variant, out, y, grid, centres, use_nll=use_nll)[0]
+        return training_loss(variant, out, y, grid, centres, use_nll=use_nll)[0]
     labels: list[torch.Tensor] = []
 
     def keep_labels(v_hat: torch.Tensor, v: torch.Tensor, g: BinGrid) -> torch.Tensor:
         labels.append(error_conditioned_labels(v_hat, v, g))
         return labels[-1]
 
-    total, _ = variant_loss(variant, out, y, grid, centres, use_nll=use_nll, label_fn=keep_labels)
+    total, _ = training_loss(variant, out, y, grid, centres, use_nll=use_nll, label_fn=keep_labels)
     q = labels[-1].to(out.logits.dtype)
     return total + (kl_weight - 1.0) * LAMBDA_KL * kl_loss(q, out.logits)
 
