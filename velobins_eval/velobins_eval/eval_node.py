@@ -11,6 +11,7 @@ It also republishes the ground truth as a ``nav_msgs/Path`` for RViz.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +27,7 @@ from scipy.spatial.transform import Rotation
 from std_msgs.msg import Bool
 
 from velobins_common.fields import param
-from velobins_msgs.msg import VelocityEstimate
+from velobins_msgs.msg import Displacement, VelocityEstimate
 from velobins_ros import LATCHED_QOS, DropCounter, declare_config, run_node, running, stamp_to_sec
 
 from .report import write_report
@@ -45,6 +46,9 @@ class EvalNodeConfig:
     """Flight name in the report."""
     velocity_topic: str = "velobins/velocity"
     """Network estimates (velobins_msgs/VelocityEstimate)."""
+    displacement_topic: str = "velobins/displacement"
+    """Network displacements of TLIO/EqNIO/IMO models (velobins_msgs/Displacement): their updates are
+    scored on the fused columns only (no network velocity)."""
     update_topic: str = "velobins/ekf/update"
     """EKF state right after each update (nav_msgs/Odometry, twist in odom, with covariance)."""
     odometry_topic: str = "velobins/odometry"
@@ -82,6 +86,7 @@ class EvalNode(Node):
         self.table = ""
         qos = QoSProfile(depth=cfg.queue_depth, reliability=ReliabilityPolicy.RELIABLE)
         self.create_subscription(VelocityEstimate, cfg.velocity_topic, self.on_velocity, qos)
+        self.create_subscription(Displacement, cfg.displacement_topic, self.on_displacement, qos)
         self.create_subscription(Odometry, cfg.update_topic, self.on_update, qos)
         self.create_subscription(Odometry, cfg.odometry_topic, self.on_odometry, qos)
         self.create_subscription(Odometry, cfg.ground_truth_topic, self.on_ground_truth, qos)
@@ -100,6 +105,10 @@ class EvalNode(Node):
             self.net.append(row)
         else:
             self.drops.drop("velocity_non_finite")
+
+    def on_displacement(self, msg: Displacement) -> None:
+        """A displacement method's estimate: its stamp matches the EKF update; no body velocity to score."""
+        self.net.append([stamp_to_sec(msg.header.stamp), *([math.nan] * 6)])
 
     def on_update(self, msg: Odometry) -> None:
         v, p = msg.twist.twist.linear, msg.pose.pose.position
