@@ -67,8 +67,13 @@ PLAN = (
     Job("reg", "small-data", 16, 2),
     Job("G+H", "small-data", 16, 10),
     Job("reg", "small-data", 16, 10),
+    Job("G+H", "paper", 8, 10),
+    Job("reg", "paper", 8, 10),
+    Job("G+H", "paper", 16, 10),
+    Job("reg", "paper", 16, 10),
 )
-"""The study's jobs in priority order (the first nine answer the issue's question at 2 and 5 minutes)."""
+"""The study's jobs in priority order (the first nine answer the issue's question at 2 and 5 minutes;
+the last four check the default, paper, recipe at 10 minutes)."""
 
 
 def subset_dir(out: Path, flights: int) -> Path:
