@@ -284,7 +284,10 @@ def test_ctrl_c_during_trainings_stops_them_and_leaves_no_temporary_file(
 
 
 def test_stop_processes_interrupts_first() -> None:
-    child = "import time\ntry:\n    print('ready', flush=True)\n    time.sleep(60)\nexcept KeyboardInterrupt:\n"
+    # The child takes SIGINT as Python's default even when the test runs in the background of a
+    # non-interactive shell (nohup ... &), which starts children with SIGINT ignored.
+    child = "import signal, time\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
+    child += "try:\n    print('ready', flush=True)\n    time.sleep(60)\nexcept KeyboardInterrupt:\n"
     child += "    print('cleaned up')\n"
     procs = [subprocess.Popen([sys.executable, "-c", child], stdout=subprocess.PIPE, text=True) for _ in range(2)]
     assert [p.stdout.readline().strip() for p in procs] == ["ready", "ready"]
