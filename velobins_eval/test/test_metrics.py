@@ -138,6 +138,11 @@ def test_flight_metrics_on_a_perfect_and_an_offset_filter() -> None:
     assert fm.net_nll == pytest.approx(0.5 * math.log(2 * math.pi * sigma**2) + 0.5, abs=0.1)
     assert fm.nees_median == pytest.approx(2.366, rel=0.2)
     assert set(fm.as_dict()) == {"net_ave", "net_nll", "ave", "rte", "ate", "nees_median", "nees_in_bounds"}
+    # a displacement method has no network velocity: net columns NaN, the fused ones unchanged
+    nan = np.full(v.shape, np.nan)
+    fd = m.flight_metrics(gt, nan, nan, p + np.array([0.0, 0.0, 1.0]), v_fused, cov)
+    assert math.isnan(fd.net_ave) and math.isnan(fd.net_nll)
+    assert (fd.ave, fd.rte, fd.ate, fd.nees_median) == (fm.ave, fm.rte, fm.ate, fm.nees_median)
 
 
 def test_shape_errors_name_the_field() -> None:

@@ -259,15 +259,18 @@ def flight_metrics(
 
     Args:
         gt: ground truth at the update stamps (:func:`interpolate_ground_truth`).
-        v_net_body, var_net_body: (N, 3) network velocity [m/s] and variances (or (N, 3, 3)), body frame.
+        v_net_body, var_net_body: (N, 3) network velocity [m/s] and variances (or (N, 3, 3)), body frame;
+            all NaN for a method whose network gives no body velocity (TLIO, EqNIO, IMO: displacements),
+            whose net columns are then NaN.
         p_fused, v_fused_world: (N, 3) fused position [m] and world velocity [m/s] after each update.
         v_fused_cov_world: (N, 3, 3) covariance of the fused world velocity (NEES).
     """
     gt_vb = gt.body_velocity
     summary = nees_summary(nees(np.asarray(v_fused_world) - gt.v, v_fused_cov_world))
+    no_net = bool(np.isnan(np.asarray(v_net_body, dtype=np.float64)).all())
     return FlightMetrics(
-        net_ave=ave(v_net_body, gt_vb),
-        net_nll=gaussian_nll(v_net_body, var_net_body, gt_vb),
+        net_ave=math.nan if no_net else ave(v_net_body, gt_vb),
+        net_nll=math.nan if no_net else gaussian_nll(v_net_body, var_net_body, gt_vb),
         ave=ave(v_fused_world, gt.v),
         rte=rte(gt.t, p_fused, gt.p, rte_delta),
         ate=ate(p_fused, gt.p),

@@ -14,7 +14,6 @@ averages them over flights (the ``aggregate`` of every report), keyed by :data:`
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, fields
@@ -78,14 +77,9 @@ def score(record: FlightRecord, gt: GroundTruth) -> metrics.FlightMetrics:
     """Paper metrics of one record against ground truth (NaN where a method has no such output)."""
     at = gt.at(record.t)
     if np.all(np.isfinite(record.cov_fused)):
-        if np.all(np.isfinite(record.var_net)):
-            return metrics.flight_metrics(
-                at, record.v_net, record.var_net, record.p_fused, record.v_fused, record.cov_fused
-            )
-        # A displacement method (TLIO, EqNIO, IMO) gives no body velocity: fused metrics only.
-        ones = np.ones_like(record.v_fused)
-        fused = metrics.flight_metrics(at, at.v, ones, record.p_fused, record.v_fused, record.cov_fused)
-        return dataclasses.replace(fused, net_ave=math.nan, net_nll=math.nan)
+        return metrics.flight_metrics(
+            at, record.v_net, record.var_net, record.p_fused, record.v_fused, record.cov_fused
+        )
     return metrics.FlightMetrics(
         net_ave=math.nan,
         net_nll=math.nan,

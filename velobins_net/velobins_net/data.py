@@ -93,16 +93,15 @@ def sequence_arrays(seq: SequenceLike, cfg: ModelConfig) -> tuple[np.ndarray, np
         raise ValueError(f"{src}: field 'rotor' has shape {seq.rotor.shape}, model expects K={cfg.num_rotors}")
     t = np.asarray(seq.t, dtype=np.float64)
     grid, inputs = resample(t, np.concatenate([seq.acc, seq.gyro, seq.rotor], axis=1), cfg.rate_hz)
-    if not cfg.attitude_input:
-        _, targets = resample(t, seq.body_velocity(), cfg.rate_hz, antialias=False)
-        return np.asarray(inputs), np.asarray(targets)
-    rot = attitude_columns(t, np.asarray(seq.q, dtype=np.float64), grid)  # type: ignore[attr-defined]
-    inputs = np.concatenate([inputs, rot], axis=1)
-    if cfg.output_kind == "velocity":
-        _, targets = resample(t, seq.body_velocity(), cfg.rate_hz, antialias=False)
-        return inputs, np.asarray(targets)
-    _, pos = resample(t, np.asarray(seq.p, dtype=np.float64), cfg.rate_hz, antialias=False)  # type: ignore[attr-defined]
-    return inputs, window_displacements(np.asarray(pos), rot, cfg.window_len)
+    inputs = np.asarray(inputs)
+    if cfg.attitude_input:
+        rot = attitude_columns(t, np.asarray(seq.q, dtype=np.float64), grid)  # type: ignore[attr-defined]
+        inputs = np.concatenate([inputs, rot], axis=1)
+    if cfg.output_kind == "displacement":
+        _, pos = resample(t, np.asarray(seq.p, dtype=np.float64), cfg.rate_hz, antialias=False)  # type: ignore[attr-defined]
+        return inputs, window_displacements(np.asarray(pos), rot, cfg.window_len)
+    _, targets = resample(t, seq.body_velocity(), cfg.rate_hz, antialias=False)
+    return inputs, np.asarray(targets)
 
 
 def window_displacements(pos: np.ndarray, rot: np.ndarray, window_len: int) -> np.ndarray:

@@ -196,12 +196,12 @@ class StreamingPredictor:
         self.model = model.eval()
         cfg = model.cfg
         self.uncertainty = config.uncertainty or cfg.uncertainty
-        check_uncertainty(self.uncertainty, _has(model, "bins"), _has(model, "cov"))
+        check_model_uncertainty(model, self.uncertainty)
         self.window_len = cfg.window_len
         self.rate_hz = cfg.rate_hz
         self.period = 1.0 / config.update_rate
         self.max_rotor_age = config.max_rotor_age
-        self.return_probs = return_probs and _has(model, "bins")
+        self.return_probs = return_probs and bin_decoder(model) is not None
         keep = int(np.ceil((cfg.window_s + 0.5) * config.max_imu_rate)) + 8
         self._imu = _Ring(6, keep)
         self._rotor = _Ring(cfg.num_rotors, keep)
@@ -223,7 +223,7 @@ class StreamingPredictor:
         if config.max_imu_rate != self.config.max_imu_rate:
             raise ValueError("StreamingPredictor.set_config: max_imu_rate sizes the buffers; build a new predictor")
         uncertainty = config.uncertainty or self.model.cfg.uncertainty
-        check_uncertainty(uncertainty, _has(self.model, "bins"), _has(self.model, "cov"))
+        check_model_uncertainty(self.model, uncertainty)
         self.config = config
         self.uncertainty = uncertainty
         self.period = 1.0 / config.update_rate
@@ -256,8 +256,8 @@ class StreamingPredictor:
         return True
 
     def push_attitude(self, t: float, quat: np.ndarray) -> bool:
-        """Add one body->world attitude estimate (x, y, z, w) of the filter (methods with attitude
-        input; ignored otherwise); False if rejected. A stamp not after the newest replaces nothing."""
+        """Add one body->world attitude estimate (x, y, z, w) of the filter (what methods with attitude
+        input read, :attr:`needs_attitude`); False if rejected. A stamp not after the newest replaces nothing."""
         q = np.asarray(quat, dtype=np.float64).reshape(-1)
         if q.shape != (4,) or not np.all(np.isfinite(q)) or not np.isfinite(t) or not np.linalg.norm(q) > 0:
             self.counts["non_finite"] += 1
@@ -327,8 +327,13 @@ class StreamingPredictor:
         return Prediction(stamp, out.v[0].cpu().numpy().astype(np.float64), variance, probs, self.kind, t_start, cov)
 
 
-def _has(model: torch.nn.Module, head: str) -> bool:
-    """Whether the model carries the ``bins`` or ``cov`` head (baselines have their own covariance head)."""
-    if head == "cov" and model.cfg.method != "velobins":
-        return True
-    return getattr(model, head, None) is not None
+def bin_decoder(model: torch.nn.Module):
+    """The model's bin decoder, or None (regression head, Table I baselines)."""
+    return getattr(model, "bins", None)
+
+
+def check_model_uncertainty(model: torch.nn.Module, source: str) -> None:
+    """Raise ValueError unless ``model`` can report uncertainty ``source`` (B, C or B+C): the one
+    check of the predictor and of the node's live parameter (baselines have their own covariance head)."""
+    has_cov = model.cfg.method != "velobins" or getattr(model, "cov", None) is not None
+    check_uncertainty(source, bin_decoder(model) is not None, has_cov)

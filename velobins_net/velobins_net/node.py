@@ -63,17 +63,11 @@ from velobins_ros import (
 from velobins_ros.health import Diagnostics, count_values, stream_values
 from velobins_ros.imu_frame import DEFAULT_IMU_FRAME_TIMEOUT, ImuFrame
 
-from .decoders import check_uncertainty
-from .inference import PredictorConfig, StreamingPredictor, load_checkpoint
+from .inference import PredictorConfig, StreamingPredictor, bin_decoder, check_model_uncertainty, load_checkpoint
 from .pretrained import resolve_checkpoint
 
 UNUSED_VARIANCE = 1.0e6
 """Variance put on the angular block of /velobins/twist: the network estimates no angular rate."""
-
-
-def bins_of(model: torch.nn.Module):
-    """The model's bin decoder, or None (regression head, Table I baselines)."""
-    return getattr(model, "bins", None)
 
 
 @dataclass(frozen=True)
@@ -156,7 +150,7 @@ class VeloBinsNetNode(Node):
         self.add_on_set_parameters_callback(self._check_uncertainty)
         self._last_imu_t: float | None = None
         self.published = 0
-        bins = bins_of(self.model)
+        bins = bin_decoder(self.model)
         self._bin_centers = bins.centres.detach().cpu().numpy().astype(np.float64).tolist() if bins is not None else []
         self.kind = self.model.cfg.output_kind
         self.vel_pub = self.twist_pub = self.disp_pub = None
@@ -192,7 +186,7 @@ class VeloBinsNetNode(Node):
     # ------------------------------------------------------------------ live parameters
     def _on_config(self, config: NetNodeConfig) -> None:
         self.config = config
-        self.predictor.return_probs = config.publish_distribution and bins_of(self.model) is not None
+        self.predictor.return_probs = config.publish_distribution and bin_decoder(self.model) is not None
         self._alarm.after = config.silence_warn_after
 
     def _on_predictor(self, config: PredictorConfig) -> None:
@@ -205,8 +199,7 @@ class VeloBinsNetNode(Node):
             if p.name == "predictor.uncertainty" and isinstance(p.value, str):
                 try:
                     source = p.value or self.model.cfg.uncertainty
-                    has_cov = self.model.cfg.method != "velobins" or getattr(self.model, "cov", None) is not None
-                    check_uncertainty(source, bins_of(self.model) is not None, has_cov)
+                    check_model_uncertainty(self.model, source)
                 except ValueError as exc:
                     return SetParametersResult(successful=False, reason=str(exc))
         return SetParametersResult(successful=True)
