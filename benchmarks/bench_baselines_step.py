@@ -17,10 +17,10 @@ import time
 import torch
 
 from velobins_net.bins import BinGrid
-from velobins_net.config import ModelConfig
+from velobins_net.config import BASELINE_METHODS, ModelConfig
 from velobins_net.model import count_parameters
 from velobins_net.networks import build_model, training_loss
-from velobins_net.variants import BASELINES, parse_variant
+from velobins_net.variants import parse_variant
 
 
 def step_seconds(cfg: ModelConfig, variant: str, steps: int) -> tuple[int, float]:
@@ -57,7 +57,7 @@ def main() -> None:
     print(f"{'method':8s} {'width':>6s} {'frame':>6s} {'params':>10s} {'s/step':>8s}")
     params, sec = step_seconds(ModelConfig(), "G+H^B", args.steps)
     print(f"{'G+H^B':8s} {'-':>6s} {'-':>6s} {params:10d} {sec:8.3f}")
-    for method in BASELINES:
+    for method in BASELINE_METHODS:
         for w in (float(v) for v in args.widths.split(",")):
             frames = (1.0, args.frame_width) if method == "eqnio" and w < 1.0 else (1.0,)
             for fw in frames:

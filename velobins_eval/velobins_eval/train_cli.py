@@ -22,6 +22,7 @@ from pathlib import Path
 
 from velobins_common.fields import add_config_options, config_values
 from velobins_common.outputs import RunLayout, open_run_dir, output_mode, remove_stale_temp_files
+from velobins_net.config import BASELINE_METHODS
 
 from .dataset_kinds import KINDS, add_allow_option
 
@@ -52,7 +53,7 @@ MODEL_FIELDS = ("bin_encoding", "num_bins", "baseline_width", "frame_width")
 """ModelConfig fields that are options (the rest follows from the variant and the flights)."""
 
 
-METHOD_CHOICES = ("velobins", "ai-io", "tlio", "eqnio", "imo", "airio")
+METHOD_CHOICES = ("velobins", "ai-io", *BASELINE_METHODS)
 """``--method`` values (Table I columns)."""
 
 

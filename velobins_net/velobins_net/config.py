@@ -49,6 +49,9 @@ METHODS = ("velobins", "tlio", "eqnio", "imo", "airio")
 decoder, or with ``head="reg"`` the AI-IO regression baseline); the others are the baselines of
 :mod:`velobins_net.baselines`."""
 
+BASELINE_METHODS = tuple(m for m in METHODS if m != "velobins")
+"""The Table I baselines with a network and loss of their own (:mod:`velobins_net.baselines`)."""
+
 DISPLACEMENT_METHODS = ("tlio", "eqnio", "imo")
 """Methods that regress the displacement over the window, in the gravity-aligned frame of the
 window's first sample (:mod:`velobins_ekf.displacement`), instead of the body velocity at its last."""

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .config import BASELINE_METHODS
+
 SUPERVISIONS: dict[str, tuple[str, ...]] = {
     "H": ("B",),
     "M": ("B", "C", "B+C"),
@@ -30,8 +32,6 @@ SUPERVISIONS: dict[str, tuple[str, ...]] = {
 
 REGRESSION = "reg"
 
-BASELINES = ("tlio", "eqnio", "imo", "airio")
-"""Table I baselines with a network of their own (velobins_net.config.METHODS minus ``velobins``)."""
 
 METHOD_ALIASES = {"ai-io": REGRESSION, "aiio": REGRESSION, "velobins": "G+H^B"}
 """``velobins train --method`` names that are variants of the VeloBins network."""
@@ -54,12 +54,12 @@ class Variant:
     @property
     def method(self) -> str:
         """Network family (``velobins_net.config.METHODS``): the baseline's name, else ``velobins``."""
-        return self.supervision if self.supervision in BASELINES else "velobins"
+        return self.supervision if self.supervision in BASELINE_METHODS else "velobins"
 
     @property
     def is_baseline(self) -> bool:
         """True for TLIO, EqNIO, IMO and AirIO (their own network and loss)."""
-        return self.supervision in BASELINES
+        return self.supervision in BASELINE_METHODS
 
     @property
     def is_regression(self) -> bool:
@@ -93,14 +93,14 @@ def parse_variant(text: str) -> Variant:
     s = METHOD_ALIASES.get(s.lower(), s)
     if s.lower() in (REGRESSION, "reg^c"):
         return Variant(REGRESSION, REGRESSION, "C")
-    if s.lower() in BASELINES:
+    if s.lower() in BASELINE_METHODS:
         return Variant(s.lower(), s.lower(), "C")
     sup, _, source = s.partition("^")
     source = source or "B"
     if sup not in SUPERVISIONS:
         raise ValueError(
             f"variant {text!r}: unknown supervision {sup!r}; choose reg, one of {sorted(SUPERVISIONS)}"
-            f" or a baseline {BASELINES}"
+            f" or a baseline {BASELINE_METHODS}"
         )
     if source not in SUPERVISIONS[sup]:
         raise ValueError(

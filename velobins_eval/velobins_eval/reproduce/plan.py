@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from velobins_common.outputs import RunLayout
+from velobins_net.config import BASELINE_METHODS
 
 
 @dataclass(frozen=True)
@@ -66,8 +67,8 @@ REGRESSION = "reg"
 IMU_ONLY = "imu-only"
 """Row name of IMU integration (the same EKF, no updates)."""
 
-BASELINE_ROWS = ("tlio", "eqnio", "imo", "airio")
-"""Rows of the Table I baselines with a network of their own (velobins_net.variants.BASELINES)."""
+BASELINE_ROWS = BASELINE_METHODS
+"""Rows of the Table I baselines with a network of their own: named by their method."""
 BASELINE_ORDER = ("eqnio", "imo", "tlio", "airio")
 """Training order of the baselines: slowest first, so two workers finish together."""
 TABLE1_COLUMNS = {

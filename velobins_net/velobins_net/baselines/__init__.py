@@ -9,22 +9,20 @@ its training loss. Facts and deviations per method: the module docs and docs/des
 
 from __future__ import annotations
 
-from ..config import ModelConfig
+from ..config import BASELINE_METHODS, ModelConfig
 from .airio import AIRIO_CHANNELS, AirIONet
 from .base import BaselineNet
 from .eqnio import EQNIO_HIDDEN, EqNIONet
 from .imo import IMO_CHANNELS, IMONet
-from .losses import BASELINE_METHODS, baseline_loss
+from .losses import baseline_loss
 from .tlio import TLIO_BASE_WIDTH, TLIONet
-
-_CLASSES: dict[str, type[BaselineNet]] = {"tlio": TLIONet, "eqnio": EqNIONet, "imo": IMONet, "airio": AirIONet}
 
 
 def build(cfg: ModelConfig) -> BaselineNet:
     """The baseline network of ``cfg.method``: its published widths times ``cfg.baseline_width`` (EqNIO's
     frame network: ``cfg.frame_width``); depths, kernels and every other choice unchanged."""
-    if cfg.method not in _CLASSES:
-        raise ValueError(f"baselines.build: method must be one of {tuple(_CLASSES)}, got {cfg.method!r}")
+    if cfg.method not in BASELINE_METHODS:
+        raise ValueError(f"baselines.build: method must be one of {BASELINE_METHODS}, got {cfg.method!r}")
     w = cfg.baseline_width
 
     def scaled(width: int, factor: float = w) -> int:

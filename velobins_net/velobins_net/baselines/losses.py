@@ -21,10 +21,9 @@ import math
 
 import torch
 
+from ..config import BASELINE_METHODS
 from ..losses import gaussian_nll_sum_over_axes, huber_loss
 from ..model import NetOutput
-
-BASELINE_METHODS = ("tlio", "eqnio", "imo", "airio")
 
 IMO_HUBER_DELTA = 0.5
 """[m] IMO's Huber δ on the displacement (``huber_pos_loss_delta``)."""
