@@ -14,6 +14,11 @@ from velobins_common.fields import param, param_spec
 STANDARD_GRAVITY = 9.80665
 """Standard gravity [m/s²]: the filter's default and the data layer's (``velobins_eval.sequence``)."""
 
+DISPLACEMENT_HISTORY_MARGIN = 0.5
+"""Filter history [s] a displacement needs beyond its window (network latency): ``history_length``
+must be at least window + this for the clone at the window start to be made by re-propagation (the
+EKF node warns when it is not; offline evaluation raises it, ``velobins_eval.closed_loop``)."""
+
 
 @dataclass(frozen=True)
 class EkfConfig:

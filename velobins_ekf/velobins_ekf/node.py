@@ -63,7 +63,7 @@ from velobins_ros import (
 from velobins_ros.health import Diagnostics, count_values, stream_values
 from velobins_ros.imu_frame import DEFAULT_IMU_FRAME_TIMEOUT, ImuFrame
 
-from .config import EkfConfig
+from .config import DISPLACEMENT_HISTORY_MARGIN, EkfConfig
 from .ekf import NavState
 from .initial_state import state_from_alignment
 from .runner import VelocityEkf
@@ -71,8 +71,6 @@ from .so3 import matrix_to_quat
 
 INIT_MODES = ("align", "align_at_rest", "ground_truth")
 """How the filter starts (parameter ``init_mode``)."""
-DISPLACEMENT_HISTORY_MARGIN = 0.5
-"""Filter history [s] a displacement needs beyond its window (latency); as ``velobins_eval.closed_loop``."""
 FILTER_COUNTS_NOT_DROPS = ("imu_used", "meas_applied", "meas_late", "disp_applied", "disp_late")
 """FilterStats counters of inputs used (a late one too): the others count inputs the filter refused."""
 

@@ -23,11 +23,6 @@ import numpy as np
 from .scoring import FlightRecord
 from .sequence import Flight
 
-HISTORY_MARGIN = 0.5
-"""Seconds of filter history kept beyond the network window, so a displacement's clone at the
-window start can be made by re-propagation (``EkfConfig.history_length`` is raised to at least
-window + this for displacement methods)."""
-
 
 def ground_truth_state(seq: Flight, index: int = 0):
     """EKF NavState of the ground truth at row ``index`` (every evaluation starts the filter there)."""
@@ -38,10 +33,10 @@ def ground_truth_state(seq: Flight, index: int = 0):
 
 def filter_config_for(model, ekf_config=None):
     """``ekf_config`` (defaults when None) with enough history for the model's displacement windows."""
-    from velobins_ekf.config import EkfConfig
+    from velobins_ekf.config import DISPLACEMENT_HISTORY_MARGIN, EkfConfig
 
     cfg = ekf_config or EkfConfig()
-    need = model.cfg.window_s + HISTORY_MARGIN
+    need = model.cfg.window_s + DISPLACEMENT_HISTORY_MARGIN
     if model.cfg.output_kind == "displacement" and cfg.history_length < need:
         cfg = dataclasses.replace(cfg, history_length=need)
     return cfg
