@@ -10,8 +10,16 @@ from __future__ import annotations
 
 import os
 import random
+import sys
+from pathlib import Path
 
 import pytest
+
+# The dataset fixture writers (velobins_data/test/fixtures_datasets.py) serve the tests of velobins_data
+# and of velobins_eval, whose commands read the same files.
+SHARED_FIXTURES = Path(__file__).resolve().parent / "velobins_data" / "test"
+if str(SHARED_FIXTURES) not in sys.path:
+    sys.path.insert(0, str(SHARED_FIXTURES))
 
 
 def _ros_available() -> str | None:

@@ -132,7 +132,7 @@ class Feeder:
 def measure(odom_rate: float, seconds: float, domain: int) -> tuple[float, float, float, float]:
     """CPU % of one core, odometry messages/s, IMU messages/s fed, and IMU messages/s the node took in
     (its last /diagnostics status during the feed: the last 2 s) of one node run at ``odom_rate``."""
-    from velobins_eval.graph import executable
+    from velobins_ros import executable
 
     env = dict(os.environ, ROS_DOMAIN_ID=str(domain), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST")
     cmd = [

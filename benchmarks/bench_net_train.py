@@ -71,8 +71,8 @@ def main() -> None:
     malloc = "glibc defaults" if args.keep_default_malloc or not reuse_freed_memory() else "freed memory reused"
     torch.set_num_threads(1)
     variant = parse_variant("G+H^B")
-    seqs = [make_flight(i, duration=30.0) for i in range(3)]
-    ds = WindowDataset(seqs, ModelConfig(), stride=1)
+    flights = [make_flight(i, duration=30.0) for i in range(3)]
+    ds = WindowDataset(flights, ModelConfig(), stride=1)
     r = velocity_range_from([ds.targets.numpy()])
     mcfg = resolve_model_config(TrainConfig(), variant, r)
     grid = BinGrid(mcfg.num_bins, mcfg.velocity_range)

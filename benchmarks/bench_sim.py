@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from velobins_eval.sim import get_preset, simulate_flight, simulate_many
+from velobins_data.sim import get_preset, simulate_flight, simulate_many
 
 MAIN_JOB_FLIGHTS = 24
 MAIN_JOB_SECONDS = 60.0

@@ -16,9 +16,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "velobins_eval"))
 
-from velobins_eval.datasets import load_sequence, read_csv, write_csv
-from velobins_eval.sequence import Flight
-from velobins_eval.storage import load_cached, load_sequence_file, save_sequence
+from velobins_data.datasets import load_flight, read_csv, write_csv
+from velobins_data.flight import Flight
+from velobins_data.storage import load_cached, load_flight_file, save_flight
 
 NANOBENCH_FILE = Path("/work/shared/data/nanobench/train/B5_helix_fast_rep1.csv.gz")
 REPEATS = 7
@@ -49,38 +49,38 @@ def _median_ms(fn) -> float:
     return 1e3 * float(np.median(times))
 
 
-def _savez_compressed(seq: Flight, path: Path) -> None:
-    np.savez_compressed(path, **{k: getattr(seq, k) for k in ("t", "acc", "gyro", "rotor", "p", "q", "v")})
+def _savez_compressed(flight: Flight, path: Path) -> None:
+    np.savez_compressed(path, **{k: getattr(flight, k) for k in ("t", "acc", "gyro", "rotor", "p", "q", "v")})
 
 
 def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="bench_storage_"))
     rows: list[tuple[str, float, int]] = []
     if NANOBENCH_FILE.is_file():
-        seq = load_sequence("nanobench", NANOBENCH_FILE)
-        parse_ms = _median_ms(lambda: load_sequence("nanobench", NANOBENCH_FILE))
+        flight = load_flight("nanobench", NANOBENCH_FILE)
+        parse_ms = _median_ms(lambda: load_flight("nanobench", NANOBENCH_FILE))
         rows.append(("NanoBench .csv.gz (adapter)", parse_ms, NANOBENCH_FILE.stat().st_size))
         cache = tmp / "cache"
-        load_cached("nanobench", NANOBENCH_FILE, cache, load_sequence)
-        hit_ms = _median_ms(lambda: load_cached("nanobench", NANOBENCH_FILE, cache, load_sequence))
+        load_cached("nanobench", NANOBENCH_FILE, cache, load_flight)
+        hit_ms = _median_ms(lambda: load_cached("nanobench", NANOBENCH_FILE, cache, load_flight))
         rows.append(("NanoBench via load_cached (hit)", hit_ms, next(cache.iterdir()).stat().st_size))
     else:
-        seq = _synthetic()
+        flight = _synthetic()
     plain = tmp / "flight.csv"
-    write_csv(seq, plain)
+    write_csv(flight, plain)
     rows.append(("plain CSV (read_csv)", _median_ms(lambda: read_csv(plain)), plain.stat().st_size))
     npz = tmp / "flight.npz"
-    save_sequence(seq, npz)
-    rows.append(("npz uncompressed (storage)", _median_ms(lambda: load_sequence_file(npz)), npz.stat().st_size))
+    save_flight(flight, npz)
+    rows.append(("npz uncompressed (storage)", _median_ms(lambda: load_flight_file(npz)), npz.stat().st_size))
     npzc = tmp / "flight_c.npz"
-    _savez_compressed(seq, npzc)
+    _savez_compressed(flight, npzc)
 
     def load_compressed() -> None:
         with np.load(npzc) as z:
             _ = {k: z[k] for k in z.files}
 
     rows.append(("npz compressed (arrays only)", _median_ms(load_compressed), npzc.stat().st_size))
-    print(f"flight: {seq.name}, {len(seq)} rows x {seq.num_rotors} rotors; median of {REPEATS} loads")
+    print(f"flight: {flight.name}, {len(flight)} rows x {flight.num_rotors} rotors; median of {REPEATS} loads")
     print(f"{'format':34s} {'load [ms]':>10s} {'size [kB]':>10s} {'vs CSV':>8s}")
     base = next(ms for name, ms, _ in rows if name.startswith("plain CSV"))
     for name, ms, size in rows:

@@ -1,7 +1,7 @@
 """What the plausibility checks cost against the work they guard (issue 13: at most 2 %).
 
 Every flight that `velobins train` / `evaluate` / `convert` loads passes
-:func:`velobins_eval.validate.check_flight` once, at load. This prints, per flight, the time of
+:func:`velobins_data.validate.check_flight` once, at load. This prints, per flight, the time of
 the adapter's load, of the checks, of scoring the flight (network + EKF, as `evaluate` does)
 and the checks' share of (a) `evaluate` (load + checks + scoring) and (b) `train` (load + checks
 + one epoch at stride 1, estimated from timed optimizer steps of the default model).
@@ -22,10 +22,10 @@ from pathlib import Path
 import torch
 from benchstats import cpu_name, quartiles
 
-from velobins_eval.datasets import flight_files, load_sequence
+from velobins_data.datasets import flight_files, load_flight
+from velobins_data.sim.batch import simulate_many
+from velobins_data.validate import check_flight
 from velobins_eval.evaluate import fuse_flight, predict_flight
-from velobins_eval.sim.batch import simulate_many
-from velobins_eval.validate import check_flight
 from velobins_net.config import ModelConfig
 from velobins_net.model import VeloBinsNet
 
@@ -36,7 +36,7 @@ def timed(fn, *args, **kw) -> tuple[float, object]:
     return time.perf_counter() - t0, out
 
 
-def epoch_seconds(seqs, rounds: int = 12) -> float:
+def epoch_seconds(flights, rounds: int = 12) -> float:
     """One training epoch at stride 1 and batch 128 of the default G+H model, from timed steps."""
     from velobins_net.bins import BinGrid
     from velobins_net.data import WindowDataset
@@ -44,12 +44,12 @@ def epoch_seconds(seqs, rounds: int = 12) -> float:
     from velobins_net.train import make_optimizer
     from velobins_net.variants import parse_variant
 
-    cfg = ModelConfig(num_rotors=seqs[0].num_rotors, rotor_kind=seqs[0].rotor_kind, velocity_range=3.0)
+    cfg = ModelConfig(num_rotors=flights[0].num_rotors, rotor_kind=flights[0].rotor_kind, velocity_range=3.0)
     model = VeloBinsNet(cfg).train()
     opt = make_optimizer(model.parameters(), 3e-4)
     variant = parse_variant("G+H^B")
     grid = BinGrid(cfg.num_bins, cfg.velocity_range)
-    ds = WindowDataset(seqs, cfg, stride=1)
+    ds = WindowDataset(flights, cfg, stride=1)
     x, y = ds.gather(torch.arange(min(128, len(ds))))
     steps = []
     for _ in range(rounds):
@@ -76,28 +76,28 @@ def main() -> None:
             data = Path(tmp) / "sim"
             simulate_many("nano", 4, 30.0, 0, data, workers=1, progress=False)
         files = flight_files(args.dataset, data)
-        load_s, check_s, seqs = [], [], []
+        load_s, check_s, flights = [], [], []
         for path in files:
-            loads = [timed(load_sequence, args.dataset, path, validate=False) for _ in range(args.rounds)]
-            seq = loads[-1][1]
-            checks = [timed(check_flight, seq)[0] for _ in range(args.rounds)]
+            loads = [timed(load_flight, args.dataset, path, validate=False) for _ in range(args.rounds)]
+            flight = loads[-1][1]
+            checks = [timed(check_flight, flight)[0] for _ in range(args.rounds)]
             load_s.append(statistics.median(t for t, _ in loads))
             check_s.append(statistics.median(checks))
-            seqs.append(seq)
-    cfg = ModelConfig(num_rotors=seqs[0].num_rotors, rotor_kind=seqs[0].rotor_kind, velocity_range=3.0)
+            flights.append(flight)
+    cfg = ModelConfig(num_rotors=flights[0].num_rotors, rotor_kind=flights[0].rotor_kind, velocity_range=3.0)
     model = VeloBinsNet(cfg).eval()
     score_s = []
-    for seq in seqs[:3]:
+    for flight in flights[:3]:
         t0 = time.perf_counter()
-        t, v, var = predict_flight(model, seq)
-        fuse_flight(seq, t, v, var, "bench")
-        score_s.append((time.perf_counter() - t0) / max(seq.duration, 1e-9))
-    per_flight_score = [statistics.median(score_s) * s.duration for s in seqs]
-    epoch = epoch_seconds(seqs)
+        t, v, var = predict_flight(model, flight)
+        fuse_flight(flight, t, v, var, "bench")
+        score_s.append((time.perf_counter() - t0) / max(flight.duration, 1e-9))
+    per_flight_score = [statistics.median(score_s) * s.duration for s in flights]
+    epoch = epoch_seconds(flights)
     share_eval = [c / (lo + c + sc) for c, lo, sc in zip(check_s, load_s, per_flight_score, strict=True)]
     share_train = sum(check_s) / (sum(load_s) + sum(check_s) + epoch)
     q = quartiles(share_eval) if len(share_eval) > 1 else (share_eval[0],) * 3
-    print(f"CPU: {cpu_name()}; {len(seqs)} flights of {args.dataset} ({sum(s.duration for s in seqs):.0f} s)")
+    print(f"CPU: {cpu_name()}; {len(flights)} flights of {args.dataset} ({sum(s.duration for s in flights):.0f} s)")
     print(f"adapter load      {1e3 * statistics.median(load_s):8.2f} ms per flight (median)")
     print(f"plausibility      {1e3 * statistics.median(check_s):8.2f} ms per flight (median)")
     print(f"scoring (net+EKF) {statistics.median(per_flight_score):8.2f} s per flight (median)")

@@ -80,7 +80,7 @@ fi
 # With --symlink-install, edits to Python sources need no rebuild; only what colcon installs does.
 mapfile -t build_inputs < <(cd "$ROOT" && git ls-files --cached --others --exclude-standard -- '*/package.xml' '*/setup.py' '*/setup.cfg' \
     '*/CMakeLists.txt' '*/msg/*.msg' '*/resource/*' '*/launch/*' '*/config/*' '*/rviz/*' \
-    'velobins_msgs/velobins_ros/*.py' 'scripts/tf2_msgs_overlay/*' 2>/dev/null | sed "s#^#$ROOT/#")
+    'scripts/tf2_msgs_overlay/*' 2>/dev/null | sed "s#^#$ROOT/#")
 build_hash="$(hash_of "$LOCK" "${build_inputs[@]}")-${#base_paths[@]}"
 if [ "$(cat "$STAMPS/build" 2>/dev/null)" != "$build_hash" ] || [ ! -f "$ROOT/install/setup.bash" ]; then
     say "building the workspace with colcon"

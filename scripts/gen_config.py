@@ -85,13 +85,13 @@ def render() -> str:
 
 def _node_sections() -> dict[str, list[tuple[str, object]]]:
     """Node name -> [(parameter prefix, config instance)] for the docs tables."""
+    from velobins_bridges.rotor import BridgeConfig
     from velobins_ekf.config import EkfConfig
     from velobins_ekf.node import EkfNodeConfig
     from velobins_eval.eval_node import EvalNodeConfig
     from velobins_eval.replay_node import ReplayConfig
     from velobins_net.inference import PredictorConfig
     from velobins_net.node import NetNodeConfig
-    from velobins_net.rotor_bridge import BridgeConfig
 
     return {
         "velobins_net": [("", NetNodeConfig()), ("predictor.", PredictorConfig())],

@@ -17,7 +17,7 @@ setup(
     zip_safe=True,
     maintainer="VeloBins maintainers",
     maintainer_email="maintainers@velobins.dev",
-    description="Dataset adapters, simulation, rosbag2 conversion, replay, metrics, reports, CLI.",
+    description="Metrics, scoring, calibration, reproduction, reports, replay and eval nodes, the velobins CLI.",
     license="BSD-3-Clause",
     entry_points={
         "console_scripts": [

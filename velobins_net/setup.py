@@ -20,12 +20,11 @@ setup(
     zip_safe=True,
     maintainer="VeloBins maintainers",
     maintainer_email="maintainers@velobins.dev",
-    description="VeloBins network: encoder, bin decoder, labels, losses, training, inference, node.",
+    description="VeloBins network: encoder, bin decoder, labels, losses, training, inference, export, node.",
     license="BSD-3-Clause",
     entry_points={
         "console_scripts": [
             "velobins_net_node = velobins_net.node:main",
-            "velobins_rotor_bridge = velobins_net.bridge_node:main",
         ],
     },
 )

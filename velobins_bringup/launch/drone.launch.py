@@ -78,7 +78,7 @@ def generate_launch_description() -> LaunchDescription:
             *declarations(DRONE_ARGS),
             OpaqueFunction(function=stack),
             node(
-                "velobins_net",
+                "velobins_bridges",
                 "velobins_rotor_bridge",
                 BRIDGE,
                 [[os.path.join(share, "config", "rotor_bridge", ""), arg("rotor_bridge"), ".yaml"], sim_time],

@@ -1,4 +1,4 @@
-"""The shape of the code (issue 14): no import cycles, packages in layers, modules one can read.
+"""The shape of the code (issues 14 and 22): no import cycles, packages in layers, modules one can read.
 
 The import graph is built from the sources with :mod:`ast` (imports inside functions count: a
 cycle hidden in a function body is still a cycle), so the test needs nothing installed.
@@ -12,24 +12,49 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 PACKAGES = {
-    "velobins_common": ROOT / "velobins_common" / "velobins_common",
-    "velobins_ros": ROOT / "velobins_msgs" / "velobins_ros",
-    "velobins_net": ROOT / "velobins_net" / "velobins_net",
-    "velobins_ekf": ROOT / "velobins_ekf" / "velobins_ekf",
-    "velobins_eval": ROOT / "velobins_eval" / "velobins_eval",
+    name: ROOT / name / name
+    for name in (
+        "velobins_common",
+        "velobins_ros",
+        "velobins_data",
+        "velobins_net",
+        "velobins_ekf",
+        "velobins_bridges",
+        "velobins_eval",
+        "velobins_bringup",
+    )
 }
 
 LAYERS = {
     "velobins_common": set(),
     "velobins_ros": {"velobins_common"},
-    "velobins_net": {"velobins_common", "velobins_ros"},
-    "velobins_ekf": {"velobins_common", "velobins_ros"},
-    "velobins_eval": {"velobins_common", "velobins_ros", "velobins_net", "velobins_ekf"},
+    "velobins_data": {"velobins_common"},
+    "velobins_net": {"velobins_common", "velobins_ros", "velobins_data"},
+    "velobins_ekf": {"velobins_common", "velobins_ros", "velobins_data"},
+    "velobins_bridges": {"velobins_common", "velobins_ros", "velobins_data"},
+    "velobins_eval": {
+        "velobins_common",
+        "velobins_ros",
+        "velobins_data",
+        "velobins_net",
+        "velobins_ekf",
+        "velobins_bridges",
+    },
+    "velobins_bringup": {
+        "velobins_common",
+        "velobins_ros",
+        "velobins_data",
+        "velobins_net",
+        "velobins_ekf",
+        "velobins_bridges",
+        "velobins_eval",
+    },
 }
-"""Which of our packages each package may import: the lowest first, nothing imports upwards."""
+"""Which of our packages each package may import (docs/design.md, "The packages"): the lowest first,
+nothing imports upwards or sideways within a layer."""
 
 MAX_MODULE_LINES = 500
-NODE_MODULES = ("node", "replay_node", "eval_node", "bridge_node")
+NODE_MODULES = ("node", "replay_node", "eval_node", "rotor_node")
 
 
 def modules() -> dict[str, Path]:
@@ -122,7 +147,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_graph_builder_sees_imports_inside_functions() -> None:
     graph = import_graph()
-    assert "velobins_eval.sequence" in graph["velobins_eval.validate"]
+    assert "velobins_data.flight" in graph["velobins_data.validate"]
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
@@ -153,3 +178,14 @@ def test_modules_are_small_enough_to_read() -> None:
     sizes = {name: len(path.read_text(encoding="utf-8").splitlines()) for name, path in modules().items()}
     big = {name: n for name, n in sizes.items() if n > MAX_MODULE_LINES}
     assert not big, f"modules over {MAX_MODULE_LINES} lines: {big}"
+
+
+def test_the_network_uses_the_real_flight_type() -> None:
+    """velobins_net reads flights through velobins_data's ``Flight``, not a protocol of its own."""
+    graph = import_graph()
+    users = sorted(
+        m for m, targets in graph.items() if m.startswith("velobins_net.") and "velobins_data.flight" in targets
+    )
+    assert "velobins_net.data" in users
+    text = (ROOT / "velobins_net" / "velobins_net" / "data.py").read_text(encoding="utf-8")
+    assert "SequenceLike" not in text and "Protocol" not in text

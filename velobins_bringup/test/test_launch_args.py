@@ -60,7 +60,8 @@ def test_launch_files_pass_no_untyped_argument(name: str) -> None:
 
 
 def _start_eval_node(tmp_path: Path, extra: list[str]) -> subprocess.Popen:
-    from velobins_eval.graph import config_files, executable
+    from velobins_eval.graph import config_files
+    from velobins_ros import executable
 
     files = [a for f in config_files() for a in ("--params-file", str(f))]
     cmd = [str(executable("velobins_eval", "velobins_eval_node")), "--ros-args", *files, *extra]

@@ -71,7 +71,7 @@ ROS_PACKAGES = frozenset(
         "visualization_msgs",
     }
 )
-ROS_MODULE_PACKAGE = {"tf2_ros": "tf2_ros_py", "velobins_ros": "velobins_msgs"}
+ROS_MODULE_PACKAGE = {"tf2_ros": "tf2_ros_py"}
 # Message packages the rotor bridge resolves by name at runtime (presets): never a declared
 # dependency, named in a comment of the package.xml of the package that mentions them.
 OPTIONAL_PACKAGES = ("mavros_msgs", "px4_msgs")
@@ -173,6 +173,7 @@ def required(package: str, tests: bool) -> dict[str, set[str]]:
             continue
         # Helpers beside the file (test fixtures, a launch file's siblings) are local modules.
         local = {p.stem for p in path.parent.glob("*.py")} | {p.name for p in path.parent.glob("*/__init__.py")}
+        local |= {"fixtures_datasets"}  # the shared dataset fixtures (root conftest.py puts them on sys.path)
         for name in imported_names(path):
             if name in sys.stdlib_module_names or name in own or name in local or name == "__future__":
                 continue
@@ -280,7 +281,7 @@ def test_optional_packages() -> None:
         declared = manifest(package).of(*ALL_KINDS) & set(OPTIONAL_PACKAGES)
         assert not declared, f"{package} declares optional {declared}: the bridge resolves them at runtime"
     for name in OPTIONAL_PACKAGES:
-        assert name in manifest("velobins_net").comments, f"velobins_net/package.xml: say {name} is optional"
+        assert name in manifest("velobins_bridges").comments, f"velobins_bridges/package.xml: say {name} is optional"
 
 
 def test_detector_sees_function_level_and_dynamic_imports(tmp_path: Path) -> None:
@@ -292,6 +293,5 @@ def test_detector_sees_function_level_and_dynamic_imports(tmp_path: Path) -> Non
     )
     assert imported_names(module) == {"importlib", "sensor_msgs", "rotorpy", "onnx", "diagnostic_msgs"}
     assert dependency_key("tf2_ros") == "tf2_ros_py"
-    assert dependency_key("velobins_ros") == "velobins_msgs"
     with pytest.raises(KeyError):
         dependency_key("some_new_distribution")

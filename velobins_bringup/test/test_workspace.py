@@ -12,7 +12,16 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PYTHON_PACKAGES = ("velobins_net", "velobins_ekf", "velobins_eval", "velobins_bringup")
+PYTHON_PACKAGES = (
+    "velobins_common",
+    "velobins_ros",
+    "velobins_data",
+    "velobins_net",
+    "velobins_ekf",
+    "velobins_bridges",
+    "velobins_eval",
+    "velobins_bringup",
+)
 
 
 @pytest.mark.parametrize("package", PYTHON_PACKAGES)

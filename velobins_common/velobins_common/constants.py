@@ -1,6 +1,6 @@
 """Physical constants, rotor kinds and unit conversions: one definition each for every package.
 
-The data layer (:mod:`velobins_eval.sequence`), the filter (:mod:`velobins_ekf.config`), the
+The data layer (:mod:`velobins_data.flight`), the filter (:mod:`velobins_ekf.config`), the
 network's input contract (:mod:`velobins_net.config`) and the ROS messages
 (``velobins_msgs/msg/RotorSpeeds.msg``) all read them from here.
 """

@@ -12,7 +12,7 @@ from dataclasses import dataclass, fields
 from velobins_common.fields import param, param_spec
 
 STANDARD_GRAVITY = 9.80665
-"""Standard gravity [m/s²]: the filter's default and the data layer's (``velobins_eval.sequence``)."""
+"""Standard gravity [m/s²]: the filter's default and the data layer's (``velobins_data.flight``)."""
 
 DISPLACEMENT_HISTORY_MARGIN = 0.5
 """Filter history [s] a displacement needs beyond its window (network latency): ``history_length``

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from velobins_eval.bag import write_bag
-from velobins_eval.sequence import Flight
+from velobins_data.bag import write_bag
+from velobins_data.flight import Flight
 
 PRESET = "nano"
 """Simulated platform (PWM rotors, NanoBench-like speeds)."""
@@ -66,7 +66,7 @@ def tiny_setup(root: Path, test_seconds: float = TRAIN_SECONDS) -> GraphSetup:
         return _SETUPS[test_seconds]
     import torch
 
-    from velobins_eval.sim import simulate_flight
+    from velobins_data.sim import simulate_flight
     from velobins_net.config import ModelConfig
     from velobins_net.train import TrainConfig, train
 

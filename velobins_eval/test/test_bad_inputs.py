@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 import torch
 
+from velobins_data.sim.batch import simulate_many
 from velobins_eval.cli import main
-from velobins_eval.sim.batch import simulate_many
 
 TINY = ("--epochs", "1", "--stride", "25", "--val-stride", "25", "--bins", "32", "--batch-size", "64")
 

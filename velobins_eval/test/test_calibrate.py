@@ -14,9 +14,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from velobins_data.datasets.csv_format import write_csv
+from velobins_data.sim.flight import simulate_flight
+from velobins_data.sim.presets import get_preset
 from velobins_ekf.config import EkfConfig
 from velobins_ekf.params import load_filter_config
-from velobins_eval.calibrate import main_calibrate, overlay_text, spread, yaml_float
+from velobins_eval.calibrate import overlay_text, spread, yaml_float
 from velobins_eval.calibrate_fit import (
     consistency,
     fit_noise,
@@ -25,9 +28,7 @@ from velobins_eval.calibrate_fit import (
     variance_scale,
 )
 from velobins_eval.cli import main as cli_main
-from velobins_eval.datasets.csv_format import write_csv
-from velobins_eval.sim.flight import simulate_flight
-from velobins_eval.sim.presets import get_preset
+from velobins_eval.cli.calibrate import main_calibrate
 
 FACTOR = 3.0
 """The fitted densities must lie within this factor of the simulator's (2 flights of 15 s: a weak signal)."""

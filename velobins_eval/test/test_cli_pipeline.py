@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from velobins_eval.bag import read_bag
-from velobins_eval.datasets import read_csv
+from velobins_data.bag import read_bag
+from velobins_data.datasets import read_csv
 
 FIELDS = ("t", "acc", "gyro", "rotor", "p", "q", "v")
 

@@ -20,12 +20,12 @@ sys.path.insert(0, str(Path(__file__).parent))
 import fixtures_datasets as fx
 
 from velobins_common.outputs import LOCK_NAME, RunLock
-from velobins_eval import bag
+from velobins_data import bag
+from velobins_data.datasets import read_csv, write_csv
+from velobins_data.flight import Flight
+from velobins_data.sim import batch
+from velobins_data.sim.flight import SimulationError
 from velobins_eval.cli import main
-from velobins_eval.datasets import read_csv, write_csv
-from velobins_eval.sequence import Flight
-from velobins_eval.sim import batch
-from velobins_eval.sim.flight import SimulationError
 
 
 def snapshot(root: Path) -> dict[str, tuple[bytes, int]]:
@@ -73,13 +73,13 @@ def one_error_line(err: str) -> str:
     ids=["1e30", "past-int32", "negative"],
 )
 def test_write_bag_refuses_stamps_ros_cannot_hold(tmp_path: Path, t_last: float | None, t0: float, row: int) -> None:
-    seq = hover_seq(t0=t0)
+    flight = hover_seq(t0=t0)
     if t_last is not None:
-        t = seq.t.copy()
+        t = flight.t.copy()
         t[-1] = t_last
-        seq = Flight(**{**seq.__dict__, "t": t})
+        flight = Flight(**{**flight.__dict__, "t": t})
     with pytest.raises(bag.BagError) as err:
-        bag.write_bag(seq, tmp_path / "b")
+        bag.write_bag(flight, tmp_path / "b")
     message = str(err.value)
     assert "hover.csv" in message and "field 't'" in message and f"first bad row {row}" in message
     assert list(tmp_path.iterdir()) == []
@@ -88,12 +88,12 @@ def test_write_bag_refuses_stamps_ros_cannot_hold(tmp_path: Path, t_last: float 
 def test_convert_of_a_1e30_stamp_is_one_line_and_leaves_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    seq = hover_seq("stamped")
-    t = seq.t.copy()
+    flight = hover_seq("stamped")
+    t = flight.t.copy()
     t[-1] = 1e30
     src = tmp_path / "in" / "stamped.csv"
     src.parent.mkdir()
-    write_csv(Flight(**{**seq.__dict__, "t": t}), src)
+    write_csv(Flight(**{**flight.__dict__, "t": t}), src)
     out = tmp_path / "new" / "deeper" / "bag"
     before = snapshot(tmp_path)
     status, err = run(convert(src, out), capsys)
@@ -332,16 +332,16 @@ def test_a_failed_simulate_removes_what_it_wrote(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, failure: str
 ) -> None:
     """The second flight fails (Ctrl-C while its CSV is half written, or a diverging flight)."""
-    import velobins_eval.datasets.csv_format as csv_format
+    import velobins_data.datasets.csv_format as csv_format
 
     write_csv_real = csv_format.write_csv
     simulate_real = batch.simulate_flight
 
-    def half_written(seq: Flight, path: Path) -> None:
-        if seq.name.endswith("_001"):
+    def half_written(flight: Flight, path: Path) -> None:
+        if flight.name.endswith("_001"):
             Path(path).write_text("t,acc_x\n0.0,")
             raise KeyboardInterrupt
-        write_csv_real(seq, path)
+        write_csv_real(flight, path)
 
     def diverging(preset, family, seconds, seed, index=0, noise=True):
         if index == 1:

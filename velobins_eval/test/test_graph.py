@@ -15,7 +15,7 @@ from pathlib import Path
 import graph_fixtures as gf
 import pytest
 
-from velobins_eval.bag import read_bag
+from velobins_data.bag import read_bag
 from velobins_eval.evaluate import fuse_flight, predict_flight
 from velobins_eval.graph import run_graph
 from velobins_eval.scoring import KEYS, GroundTruth, score

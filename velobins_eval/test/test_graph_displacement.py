@@ -36,7 +36,7 @@ import graph_fixtures as gf
 import numpy as np
 import pytest
 
-from velobins_eval.bag import read_bag, write_bag
+from velobins_data.bag import read_bag, write_bag
 from velobins_eval.graph import run_graph
 
 TEST_SECONDS = 8.0
@@ -67,7 +67,7 @@ class Setup:
 def setup(tmp_path_factory: pytest.TempPathFactory) -> Setup:
     import torch
 
-    from velobins_eval.sim import simulate_flight
+    from velobins_data.sim import simulate_flight
     from velobins_net.config import ModelConfig
     from velobins_net.train import TrainConfig, train
 

@@ -35,8 +35,9 @@ import graph_fixtures as gf
 import numpy as np
 import pytest
 
-from velobins_eval.bag import rotor_kind_code
-from velobins_eval.graph import config_files, executable
+from velobins_data.bag import rotor_kind_code
+from velobins_eval.graph import config_files
+from velobins_ros import executable
 
 pytestmark = pytest.mark.ros
 

@@ -28,8 +28,9 @@ import pytest
 from scipy.spatial.transform import Rotation
 
 from velobins_common.frames import FRD_TO_FLU, quaternion_to_matrix
-from velobins_eval.bag import rotor_kind_code
-from velobins_eval.graph import config_files, executable
+from velobins_data.bag import rotor_kind_code
+from velobins_eval.graph import config_files
+from velobins_ros import executable
 
 TEST_SECONDS = 5.0
 """Length of the published flight [s] (1 s window, 20 Hz: about 80 estimates per namespace)."""

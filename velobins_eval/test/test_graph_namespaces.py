@@ -20,7 +20,7 @@ import graph_fixtures as gf
 import numpy as np
 import pytest
 
-from velobins_eval.bag import write_bag
+from velobins_data.bag import write_bag
 from velobins_eval.graph import GraphRun, run_graph
 
 TEST_SECONDS = 8.0

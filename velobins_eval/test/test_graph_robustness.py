@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 from rosbags.rosbag2 import Reader, Writer
 
-from velobins_eval import bag
+from velobins_data import bag
 from velobins_eval.scoring import KEYS
 
 RATE = 2.0

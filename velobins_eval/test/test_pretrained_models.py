@@ -27,7 +27,7 @@ CIRCLE = DEMO_DATA / "B2_circle_fast_rep1.csv.gz"
 
 @pytest.fixture(scope="module")
 def flights() -> list:
-    from velobins_eval.datasets import load_flights
+    from velobins_data.datasets import load_flights
 
     seqs = list(load_flights("nanobench", DEMO_DATA).sequences)
     assert sorted(s.name for s in seqs) == ["B2_circle_fast_rep1", "B3_figure8_medium_rep1"]
@@ -146,7 +146,7 @@ def test_demo_scores_the_shipped_models_offline(tmp_path: Path, capsys: pytest.C
 @pytest.mark.ros
 def test_graph_runs_the_shipped_model_by_name_with_its_overlay(flights: list, tmp_path: Path, ros_domain: int) -> None:
     """The node resolves ``model_path:=crazyflie`` itself; the overlay reaches the EKF node."""
-    from velobins_eval.bag import write_bag
+    from velobins_data.bag import write_bag
     from velobins_eval.graph import run_graph
 
     seq = next(s for s in flights if s.name == "B3_figure8_medium_rep1")

@@ -149,9 +149,9 @@ def test_direction_sentences_follow_the_measured_numbers() -> None:
 
 @pytest.mark.slow
 def test_smoke_schedule_end_to_end(tmp_path: Path) -> None:
-    from velobins_eval.datasets import write_csv
-    from velobins_eval.reproduce import main_reproduce
-    from velobins_eval.sim import simulate_flight
+    from velobins_data.datasets import write_csv
+    from velobins_data.sim import simulate_flight
+    from velobins_eval.cli.reproduce import main_reproduce
 
     families = {"train": ("circle", "figure8", "helix"), "val": ("oval", "star")}
     for i, (split, family) in enumerate((s, f) for s, fams in families.items() for f in fams):

@@ -21,12 +21,12 @@ import pytest
 from fixtures_datasets import hover_flight
 
 from velobins_common.outputs import LOCK_NAME
+from velobins_data.datasets import write_csv
+from velobins_data.flight import Flight
 from velobins_eval.cli import main
-from velobins_eval.datasets import write_csv
 from velobins_eval.metrics import FlightMetrics
 from velobins_eval.reproduce import commands, evaluation, jobs, plan
 from velobins_eval.scoring import KEYS, FlightRecord
-from velobins_eval.sequence import Flight
 
 FLIGHTS = {"train": ("sim_circle_000", "sim_helix_001"), "val": ("sim_oval_002",)}
 
@@ -329,7 +329,7 @@ def test_missing_or_empty_data_directories_are_one_line_errors(
 def test_demo_refuses_an_earlier_run_and_overwrite_replaces_only_its_own_entries(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
-    import velobins_eval.sim.batch as batch
+    import velobins_data.sim.batch as batch
 
     out = tmp_path / "main_job"
     (out / "flights" / "all").mkdir(parents=True)

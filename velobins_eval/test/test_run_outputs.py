@@ -17,8 +17,8 @@ import pytest
 import torch
 
 from velobins_common.outputs import LOCK_NAME, RunLock
+from velobins_data.sim.batch import simulate_many
 from velobins_eval.cli import main
-from velobins_eval.sim.batch import simulate_many
 from velobins_net import checkpoint as checkpoint_module
 from velobins_net.checkpoint import read_checkpoint, save_checkpoint
 

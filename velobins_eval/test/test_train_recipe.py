@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from velobins_eval.train_cli import TRAIN_FIELDS, parse_train_args
+from velobins_eval.cli.train import TRAIN_FIELDS, parse_train_args
 from velobins_net.schedule import RECIPES
 from velobins_net.train import TrainConfig
 

@@ -34,9 +34,9 @@ import numpy as np
 
 from velobins_common.fields import param_spec
 from velobins_common.progress import progress_bar
+from velobins_data.flight import Flight
 
 from .scoring import GroundTruth, aggregate, score
-from .sequence import Flight
 
 FITTABLE = (
     "acc_noise_density",

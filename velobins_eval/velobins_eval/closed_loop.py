@@ -20,8 +20,9 @@ import dataclasses
 
 import numpy as np
 
+from velobins_data.flight import Flight
+
 from .scoring import FlightRecord
-from .sequence import Flight
 
 
 def ground_truth_state(seq: Flight, index: int = 0):

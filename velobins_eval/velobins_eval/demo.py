@@ -27,14 +27,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 import time
 from pathlib import Path
 
 from velobins_common.outputs import RunLayout, RunLock, atomic_write_text, open_run_dir, output_mode
 
 from . import metrics, report
-from .dataset_kinds import KINDS
 
 LAYOUT = RunLayout(
     "demo",
@@ -53,33 +51,6 @@ PER_FLIGHT_KEYS = ("ave", "rte", "ate", "nees_median", "nees_in_bounds")
 """Columns of the per-flight table."""
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="velobins demo", description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", type=Path, default=Path("runs/main_job"), help="output directory (locked while it runs)")
-    p.add_argument(
-        "--overwrite", action="store_true", help="replace the demo run already in --out (scripts/main_job.sh passes it)"
-    )
-    p.add_argument(
-        "--model",
-        action="append",
-        help=f"shipped model name or checkpoint to replay (repeatable; default: {', '.join(SHIPPED)})",
-    )
-    p.add_argument("--dataset", default="nanobench", choices=KINDS, help="adapter of --data (default: nanobench)")
-    p.add_argument("--data", type=Path, default=DEMO_DATA, help="flights to replay (default: the shipped demo flights)")
-    p.add_argument("--rate", type=float, default=2.0, help="replay speed factor of the graph runs")
-    p.add_argument("--skip-graph", action="store_true", help="score the flights offline only")
-    sim = p.add_argument_group("--simulated: simulate flights and train both models on them first")
-    sim.add_argument("--simulated", action="store_true", help="the simulated main job instead of the shipped models")
-    sim.add_argument("--flights", type=int, default=24, help="simulated flights in total")
-    sim.add_argument("--seconds", type=float, default=60.0, help="duration of each flight [s]")
-    sim.add_argument("--test-flights", type=int, default=4, help="held-out flights replayed through the graph")
-    sim.add_argument("--val-flights", type=int, default=3, help="validation flights (best checkpoint)")
-    sim.add_argument("--epochs", type=int, default=12, help="training epochs (paper: 100)")
-    sim.add_argument("--stride", type=int, default=10, help="training window stride [samples] (paper: 1)")
-    sim.add_argument("--seed", type=int, default=0, help="seed of simulation and training")
-    return p
-
-
 def _step(title: str) -> float:
     print(f"\n\033[1m== {title}\033[0m", flush=True)
     return time.monotonic()
@@ -93,41 +64,10 @@ def open_demo_dir(out: Path, overwrite: bool) -> RunLock:
     return open_run_dir(out, LAYOUT, output_mode(overwrite=overwrite))
 
 
-def main_demo(argv: list[str] | None = None) -> int:
-    """Entry point of ``velobins demo``: every input is checked before ``--out`` is touched."""
-    args = build_parser().parse_args(argv)
-    if args.simulated:
-        if args.test_flights + args.val_flights + 2 > args.flights:
-            raise ValueError("--flights must leave at least 2 training flights after validation and test flights")
-        if args.model or args.data != DEMO_DATA:
-            raise ValueError("--simulated trains its own models on simulated flights: drop --model and --data")
-    if args.rate <= 0:
-        raise ValueError(f"--rate must be > 0, got {args.rate}")
-    if args.simulated:
-        models = {}
-    else:
-        from velobins_net.pretrained import resolve_model
-
-        from .report import method_label
-
-        models = {}
-        for name in args.model or SHIPPED:
-            resolved = resolve_model(name)  # an unknown name fails here, before --out is touched
-            label = method_label(resolved.checkpoint)
-            if label in models:  # two models of one variant: tell them apart by name
-                label = f"{label} ({Path(name).stem if Path(name).suffix else name})"
-            if label in models:
-                raise ValueError(f"--model {name}: given twice")
-            models[label] = resolved
-    with open_demo_dir(args.out, args.overwrite):  # removes its lock file on any exit, Ctrl-C included
-        return _demo(args, args.out, models)
-
-
-def _demo(args: argparse.Namespace, out: Path, models: dict) -> int:
+def run_demo(args: argparse.Namespace, out: Path, models: dict) -> int:
     """The demo's steps into the locked, empty demo entries of ``out``."""
+    from velobins_data.datasets import load_flight, load_flights
     from velobins_net.pretrained import ResolvedModel
-
-    from .datasets import load_flights, load_sequence
 
     wall0 = time.monotonic()
     timings: dict[str, float] = {}
@@ -139,7 +79,7 @@ def _demo(args: argparse.Namespace, out: Path, models: dict) -> int:
             return 1
         checkpoints, test_files = trained
         models = {label: ResolvedModel(path, None) for label, path in checkpoints.items()}
-        seqs = [load_sequence("csv", p) for p in test_files]
+        seqs = [load_flight("csv", p) for p in test_files]
         what = f"{len(seqs)} held-out simulated flights"
     else:
         t = _step(f"1/3 shipped models and the flights of {args.data}")
@@ -177,9 +117,9 @@ def replay(seqs: list, models: dict, out: Path, rate: float, skip_graph: bool) -
     Returns (graph metrics ``{label: {flight: metrics}}``, offline records ``{label: {flight:
     record}}``, the EKF config of the first model for the IMU-only baseline).
     """
+    from velobins_data.bag import write_bag
     from velobins_net.inference import load_predictor_config
 
-    from .bag import write_bag
     from .evaluate import evaluate_checkpoint, load_ekf_config
     from .graph import run_graph
 
@@ -283,7 +223,3 @@ def per_flight_table(doc: dict, flights: list[str]) -> str:
 
 def _nan(x: float | None) -> float:
     return math.nan if x is None else float(x)
-
-
-if __name__ == "__main__":
-    sys.exit(main_demo())

@@ -43,7 +43,7 @@ def simulate_and_train(
     velobins = [sys.executable, "-m", "velobins_eval.cli"]
 
     t = _step(f"1/5 simulate {args.flights} nano flights x {args.seconds:g} s (rotorpy, all cores)")
-    from .sim.batch import simulate_many
+    from velobins_data.sim.batch import simulate_many
 
     paths = simulate_many("nano", args.flights, args.seconds, args.seed, out / "flights" / "all")
     timings["simulate"] = time.monotonic() - t

@@ -13,28 +13,26 @@ One path for every number in a report (paper §IV-A, docs/design.md "Metrics"):
 * the Table I baselines whose network reads the filter's attitude (TLIO, EqNIO, IMO, AirIO) run
   network and filter as one loop (:func:`velobins_eval.closed_loop.closed_loop_flight`).
 
-``velobins evaluate`` (:func:`main_evaluate`) applies this to checkpoints on a directory of flights
+``velobins evaluate`` (:mod:`velobins_eval.cli.evaluate`) applies this to checkpoints on a directory of flights
 and writes the report of :mod:`velobins_eval.report`.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
-import sys
 from pathlib import Path
 
 import numpy as np
 
-from velobins_common.outputs import RunLayout, open_run_dir, output_mode
+from velobins_common.outputs import RunLayout
+from velobins_data.flight import Flight
 
 from . import metrics
 from .closed_loop import closed_loop_flight, ground_truth_state
 from .report import method_label, write_report
-from .scoring import FlightRecord, GroundTruth
+from .scoring import FlightRecord
 from .scoring import score as score  # re-exported: callers of velobins_eval.evaluate.score
-from .sequence import Flight
 
 
 def load_ekf_config(params_files: list[Path] | None = None):
@@ -190,92 +188,6 @@ def _predictor_defaults():
     from velobins_net.inference import PredictorConfig
 
     return PredictorConfig()
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """Options of ``velobins evaluate``."""
-    from .dataset_kinds import KINDS, add_allow_option
-
-    parser = argparse.ArgumentParser(
-        prog="velobins evaluate", description="Network-only and EKF-fused metrics of checkpoints on flights."
-    )
-    parser.add_argument(
-        "--checkpoint",
-        action="append",
-        required=True,
-        type=Path,
-        help="checkpoint file or shipped model name, e.g. crazyflie (repeatable; a shipped model's EKF overlay "
-        "is velobins_net/velobins_net/models/NAME.yaml, pass it with --params)",
-    )
-    parser.add_argument("--dataset", required=True, choices=KINDS, help="adapter of --data")
-    parser.add_argument("--data", required=True, type=Path, help="a flight file or a directory of flights")
-    parser.add_argument("--out", required=True, type=Path, help="report directory")
-    parser.add_argument("--overwrite", action="store_true", help="replace the report already in --out")
-    parser.add_argument("--no-imu-only", action="store_true", help="skip the IMU-integration baseline")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads")
-    parser.add_argument(
-        "--params",
-        action="append",
-        type=Path,
-        default=[],
-        help="ROS parameter file (repeatable): its velobins_ekf filter and velobins_net predictor entries apply",
-    )
-    add_allow_option(parser, "score flights that fail this plausibility check; recorded in config.json")
-    parser.add_argument(
-        "--cache-dir", type=Path, help="keep parsed flights here (npz) and reuse them while the files are unchanged"
-    )
-    return parser
-
-
-def main_evaluate(argv: list[str] | None = None) -> int:
-    """Entry point of ``velobins evaluate``: every input is checked before the first flight is scored."""
-    args = build_parser().parse_args(argv)
-    if args.threads < 1:
-        raise ValueError(f"--threads must be >= 1, got {args.threads}")
-    import torch
-
-    from velobins_net.checkpoint import read_checkpoint
-    from velobins_net.inference import load_predictor_config
-    from velobins_net.pretrained import resolve_checkpoint
-
-    from .datasets import load_flights
-
-    args.checkpoint = [resolve_checkpoint(c) for c in args.checkpoint]  # shipped names (crazyflie) or paths
-    for ckpt in args.checkpoint:
-        read_checkpoint(ckpt)  # a missing or foreign checkpoint fails before any work
-    ekf_config = load_ekf_config(args.params)
-    predictor_config = load_predictor_config(args.params)  # the node's predictor.* from the same files
-    # --overwrite keeps the earlier report until the new one is complete (write_report_atomically
-    # replaces it then), so a failed evaluation loses nothing: lock the directory without clearing it.
-    mode = "resume" if args.overwrite else output_mode()
-    with open_run_dir(args.out, EVALUATE_LAYOUT, mode):
-        torch.set_num_threads(args.threads)
-        loaded = load_flights(args.dataset, args.data, allow=tuple(args.allow), cache_dir=args.cache_dir)
-        for item in loaded.skipped:
-            print(f"skipped {item.path}: {item.reason}", file=sys.stderr)
-        seqs = list(loaded.sequences)
-        all_records: dict[str, dict[str, FlightRecord]] = {}
-        for ckpt in args.checkpoint:
-            label, records = evaluate_checkpoint(ckpt, seqs, ekf_config, predictor_config=predictor_config)
-            all_records[label] = records
-        if not args.no_imu_only:
-            first = next(iter(all_records.values()))
-            all_records["imu-only"] = {s.name: imu_only_flight(s, first[s.name].t, ekf_config) for s in seqs}
-        gts = {s.name: GroundTruth.of(s) for s in seqs}
-        config = {
-            "dataset": args.dataset,
-            "data": str(args.data),
-            "checkpoints": [str(c) for c in args.checkpoint],
-            "params": [str(p) for p in args.params],
-            "predictor": dataclasses.asdict(predictor_config),
-            "allowed_checks": list(args.allow),
-            "skipped_flights": [{"path": str(i.path), "reason": i.reason} for i in loaded.skipped],
-        }
-        table = write_report_atomically(all_records, gts, args.out, config)
-    print(table)
-    if loaded.skipped:
-        print(f"{len(loaded.skipped)} flight(s) skipped (listed above and in config.json)")
-    return 0
 
 
 def write_report_atomically(records, gts, out_dir: Path, config: dict) -> str:

@@ -25,16 +25,6 @@ NODES = (
 )
 
 
-def executable(package: str, name: str) -> Path:
-    """Installed node executable (``lib/<package>/<name>``, where ``ros2 run`` looks)."""
-    from ament_index_python.packages import get_package_prefix
-
-    path = Path(get_package_prefix(package)) / "lib" / package / name
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: node executable missing (build the workspace: scripts/bootstrap.sh)")
-    return path
-
-
 def config_files() -> list[Path]:
     """The parameter files replay_eval.launch.py loads, in order."""
     from ament_index_python.packages import get_package_share_directory
@@ -74,6 +64,8 @@ def run_graph(
     ``namespace`` (e.g. ``/drone1``) puts all four nodes and their relative topics under it, as
     ``namespace:=`` does in the launch files, so several graphs can share one domain.
     """
+    from velobins_ros import executable
+
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)

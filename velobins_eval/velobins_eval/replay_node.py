@@ -26,9 +26,8 @@ from rosgraph_msgs.msg import Clock
 from std_msgs.msg import Bool
 
 from velobins_common.fields import param
+from velobins_data import bag
 from velobins_ros import LATCHED_QOS, declare_config, run_node, running
-
-from . import bag
 
 
 @dataclass

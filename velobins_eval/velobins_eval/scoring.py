@@ -20,8 +20,9 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
+from velobins_data.flight import Flight
+
 from . import metrics
-from .sequence import Flight
 
 KEYS = tuple(f.name for f in fields(metrics.FlightMetrics))
 """Metric names of every report, in column order (``net_ave, net_nll, ave, rte, ate, nees_median, nees_in_bounds``)."""

@@ -10,7 +10,7 @@ from synthetic import make_flight
 
 from velobins_net.attitude import attitude_window
 from velobins_net.config import ModelConfig
-from velobins_net.data import WindowDataset, sequence_arrays
+from velobins_net.data import WindowDataset, flight_arrays
 from velobins_net.inference import PredictorConfig, StreamingPredictor
 from velobins_net.variants import parse_variant
 
@@ -51,47 +51,47 @@ def test_attitude_window_refuses_stale_or_late_estimates():
 
 
 def _tumbling_flight():
-    seq = make_flight(3, duration=6.0)
-    rot = _truth(seq.t)
-    seq.q = rot.as_quat()
-    seq.v = rot.apply(seq.v)  # world velocity of the same body velocity
-    seq.p = np.cumsum(seq.v, axis=0) / 100.0
-    seq.body_velocity = lambda: Rotation.from_quat(seq.q).inv().apply(seq.v)  # FakeSequence assumes R = I
-    return seq
+    flight = make_flight(3, duration=6.0)
+    rot = _truth(flight.t)
+    flight.q = rot.as_quat()
+    flight.v = rot.apply(flight.v)  # world velocity of the same body velocity
+    flight.p = np.cumsum(flight.v, axis=0) / 100.0
+    flight.body_velocity = lambda: Rotation.from_quat(flight.q).inv().apply(flight.v)  # FakeSequence assumes R = I
+    return flight
 
 
 def test_training_windows_carry_attitude_and_yaw_frame_displacements():
-    seq = _tumbling_flight()
+    flight = _tumbling_flight()
     cfg = _baseline_cfg("tlio")
-    x, y = sequence_arrays(seq, cfg)
-    assert x.shape == (len(seq.t), cfg.input_channels) and cfg.input_channels == 6 + 4 + 9
-    np.testing.assert_allclose(x[:, 10:].reshape(-1, 3, 3), _truth(seq.t).as_matrix(), atol=1e-12)
+    x, y = flight_arrays(flight, cfg)
+    assert x.shape == (len(flight.t), cfg.input_channels) and cfg.input_channels == 6 + 4 + 9
+    np.testing.assert_allclose(x[:, 10:].reshape(-1, 3, 3), _truth(flight.t).as_matrix(), atol=1e-12)
     w = cfg.window_len
-    for e in (w - 1, 250, len(seq.t) - 1):  # independent computation: yaw of R at the window start
+    for e in (w - 1, 250, len(flight.t) - 1):  # independent computation: yaw of R at the window start
         s = e - w + 1
-        r_s = _truth(seq.t[s : s + 1]).as_matrix()[0]
+        r_s = _truth(flight.t[s : s + 1]).as_matrix()[0]
         psi = np.arctan2(r_s[1, 0], r_s[0, 0])
-        expected = Rotation.from_euler("z", psi).inv().apply(seq.p[e] - seq.p[s])
+        expected = Rotation.from_euler("z", psi).inv().apply(flight.p[e] - flight.p[s])
         np.testing.assert_allclose(y[e], expected, atol=1e-9)
-    ds = WindowDataset([seq], cfg, stride=10)
+    ds = WindowDataset([flight], cfg, stride=10)
     xb, yb = ds.gather(ds.ends.new_tensor([0, 5]))
     assert xb.shape == (2, w, 19) and yb.shape == (2, 3)
 
 
 def test_airio_target_is_body_velocity_with_attitude_inputs():
-    seq = _tumbling_flight()
-    x, y = sequence_arrays(seq, _baseline_cfg("airio"))
+    flight = _tumbling_flight()
+    x, y = flight_arrays(flight, _baseline_cfg("airio"))
     assert x.shape[1] == 19
-    np.testing.assert_allclose(y, _truth(seq.t).inv().apply(seq.v), atol=1e-9)
+    np.testing.assert_allclose(y, _truth(flight.t).inv().apply(flight.v), atol=1e-9)
 
 
 def test_displacement_targets_ignore_a_world_yaw():
-    seq = _tumbling_flight()
-    _, y = sequence_arrays(seq, _baseline_cfg("imo"))
+    flight = _tumbling_flight()
+    _, y = flight_arrays(flight, _baseline_cfg("imo"))
     turn = Rotation.from_euler("z", 123.0, degrees=True)
-    seq.q = (turn * Rotation.from_quat(seq.q)).as_quat()
-    seq.p = turn.apply(seq.p)
-    _, y_turned = sequence_arrays(seq, _baseline_cfg("imo"))
+    flight.q = (turn * Rotation.from_quat(flight.q)).as_quat()
+    flight.p = turn.apply(flight.p)
+    _, y_turned = flight_arrays(flight, _baseline_cfg("imo"))
     np.testing.assert_allclose(y_turned, y, atol=1e-9)
 
 

@@ -11,7 +11,7 @@ import pytest
 @pytest.mark.ros
 @pytest.mark.parametrize("kind", ["missing", "garbage", "unset"])
 def test_bad_checkpoint_fails_cleanly(tmp_path: Path, ros_domain: int, kind: str) -> None:
-    from velobins_eval.graph import executable
+    from velobins_ros import executable
 
     path = tmp_path / "model.pt"
     if kind == "garbage":

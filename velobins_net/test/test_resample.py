@@ -78,13 +78,13 @@ def test_taps_are_a_unit_gain_causal_lowpass():
     assert y[-1] == pytest.approx(1.0)
 
 
-def _stream(model, seq, ends):
+def _stream(model, flight, ends):
     """Streaming windows of ``seq`` (IMU and rotor at its rate) at the stamps ``ends``."""
     pred = StreamingPredictor(model, PredictorConfig(max_imu_rate=1000.0))
     out, ends = {}, set(int(i) for i in ends)
-    for i, t in enumerate(seq.t):
-        pred.push_rotor(t, seq.rotor[i])
-        pred.push_imu(t, seq.acc[i], seq.gyro[i])
+    for i, t in enumerate(flight.t):
+        pred.push_rotor(t, flight.rotor[i])
+        pred.push_imu(t, flight.acc[i], flight.gyro[i])
         if i in ends:
             res = pred.window()
             assert not isinstance(res, str), res
@@ -95,12 +95,12 @@ def _stream(model, seq, ends):
 def test_streaming_window_equals_training_window_at_1khz():
     """The predictor's ring buffer (window + 0.5 s) gives the training windows' values, also after it
     has dropped old samples, because the causal FIR needs only the last 50 ms before a window."""
-    seq = make_flight(2, duration=7.0, rate=1000.0, kind="rpm")
+    flight = make_flight(2, duration=7.0, rate=1000.0, kind="rpm")
     cfg = ModelConfig(rotor_kind="rpm", num_bins=16)
-    ds = WindowDataset([seq], cfg)
+    ds = WindowDataset([flight], cfg)
     model = VeloBinsNet(cfg).eval()
     ends_model = np.array([99, 150, 400, 650])  # windows ending at 0.99 s … 6.5 s (ring trimmed from ~3 s)
-    pred, wins = _stream(model, seq, ends_model * 10)
+    pred, wins = _stream(model, flight, ends_model * 10)
     assert pred._imu.trimmed
     for k, i in zip(ends_model, ends_model * 10, strict=True):
         stamp, win = wins[i]
@@ -108,8 +108,8 @@ def test_streaming_window_equals_training_window_at_1khz():
         np.testing.assert_allclose(win, ds.inputs[k - 99 : k + 1].numpy(), rtol=1e-6, atol=1e-4)
         # and against the float64 offline path on the whole flight
         grid = stamp - np.arange(99, -1, -1) / 100.0
-        full = np.c_[seq.acc, seq.gyro, seq.rotor]
-        np.testing.assert_allclose(win, to_model_grid(grid, seq.t[: i + 1], full[: i + 1], 100.0), rtol=1e-12)
+        full = np.c_[flight.acc, flight.gyro, flight.rotor]
+        np.testing.assert_allclose(win, to_model_grid(grid, flight.t[: i + 1], full[: i + 1], 100.0), rtol=1e-12)
 
 
 def test_buffer_without_the_filter_history_is_refused():

@@ -101,12 +101,12 @@ def test_weighted_loss_scales_only_the_kl_gradient():
 
 
 def test_time_budget_plans_epochs_stops_and_records_the_plan(tmp_path):
-    seqs, val = [make_flight(i, duration=8.0) for i in range(2)], [make_flight(9, duration=4.0)]
+    flights, val = [make_flight(i, duration=8.0) for i in range(2)], [make_flight(9, duration=4.0)]
     budget_s = 10.0
     cfg = TrainConfig(
         model=TINY, stride=2, epochs=10_000, progress=False, time_budget=budget_s / 60.0, **_small_data_schedule()
     )
-    res = train(cfg, seqs, val, tmp_path)
+    res = train(cfg, flights, val, tmp_path)
     assert res.best_path.is_file() and res.history[0].windows_per_s > 0  # at least one step, even on a slow machine
     rows = json.loads((tmp_path / "history.json").read_text())
     assert all(r["budget_s"] == pytest.approx(budget_s) for r in rows)
@@ -120,9 +120,9 @@ def test_time_budget_plans_epochs_stops_and_records_the_plan(tmp_path):
 
 
 def test_patience_stops_early(tmp_path):
-    seqs = [make_flight(1, duration=6.0)]
+    flights = [make_flight(1, duration=6.0)]
     cfg = TrainConfig(model=TINY, stride=10, epochs=30, lr=0.0, progress=False, patience=2)  # lr 0: never improves
-    res = train(cfg, seqs, seqs, tmp_path)
+    res = train(cfg, flights, flights, tmp_path)
     assert res.best_epoch == 0 and len(res.history) == 3
 
 

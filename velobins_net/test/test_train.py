@@ -49,11 +49,11 @@ def test_synthetic_training_beats_zero_velocity(tmp_path):
 
 
 def test_reproducible_and_resume_is_exact(tmp_path):
-    seqs, val = [make_flight(1, duration=6.0)], [make_flight(2, duration=3.0)]
-    a = train(_cfg(epochs=2), seqs, val, tmp_path / "a")
-    b = train(_cfg(epochs=2), seqs, val, tmp_path / "b")
-    c1 = train(_cfg(epochs=1), seqs, val, tmp_path / "c")
-    c = train(_cfg(epochs=2, resume=str(c1.last_path)), seqs, val, tmp_path / "c")
+    flights, val = [make_flight(1, duration=6.0)], [make_flight(2, duration=3.0)]
+    a = train(_cfg(epochs=2), flights, val, tmp_path / "a")
+    b = train(_cfg(epochs=2), flights, val, tmp_path / "b")
+    c1 = train(_cfg(epochs=1), flights, val, tmp_path / "c")
+    c = train(_cfg(epochs=2, resume=str(c1.last_path)), flights, val, tmp_path / "c")
     sa, sb, sc = (read_checkpoint(r.last_path)["model_state"] for r in (a, b, c))
     for k in sa:
         torch.testing.assert_close(sa[k], sb[k], rtol=0, atol=0)
@@ -62,12 +62,12 @@ def test_reproducible_and_resume_is_exact(tmp_path):
 
 
 def test_resume_with_other_config_or_format_is_a_clear_error(tmp_path):
-    seqs = [make_flight(1, duration=4.0)]
-    res = train(_cfg(), seqs, seqs, tmp_path)
+    flights = [make_flight(1, duration=4.0)]
+    res = train(_cfg(), flights, flights, tmp_path)
     with pytest.raises(CheckpointError, match="num_bins"):
-        train(_cfg(model=ModelConfig(num_bins=16), resume=str(res.last_path)), seqs, seqs, tmp_path / "x")
+        train(_cfg(model=ModelConfig(num_bins=16), resume=str(res.last_path)), flights, flights, tmp_path / "x")
     with pytest.raises(CheckpointError, match="variant"):
-        train(_cfg(variant="G^B", resume=str(res.last_path)), seqs, seqs, tmp_path / "y")
+        train(_cfg(variant="G^B", resume=str(res.last_path)), flights, flights, tmp_path / "y")
     ck = read_checkpoint(res.last_path)
     ck.pop("format_version")
     bad = tmp_path / "old.pt"
@@ -80,8 +80,8 @@ def test_resume_with_other_config_or_format_is_a_clear_error(tmp_path):
 
 
 def test_windows_resampling_and_normalisation():
-    seq = make_flight(3, duration=4.0, rate=400.0, kind="rpm")
-    ds = WindowDataset([seq], ModelConfig(rotor_kind="rpm"), stride=7)
+    flight = make_flight(3, duration=4.0, rate=400.0, kind="rpm")
+    ds = WindowDataset([flight], ModelConfig(rotor_kind="rpm"), stride=7)
     assert ds.inputs.dtype == torch.float32 and ds.inputs.is_contiguous()
     assert len(ds.inputs) == 400  # stamps 0 … 3.9975 s → grid 0 … 3.99 s at 100 Hz
     x, y = ds.gather(torch.tensor([0, 3]))
@@ -91,18 +91,20 @@ def test_windows_resampling_and_normalisation():
     torch.testing.assert_close(y[1], yi)
     # target = body velocity at the window's last sample (resampled grid t = 0.01·k)
     k = int(ds.ends[3])
-    expected = [np.interp(k * 0.01, seq.t, seq.v[:, i]) for i in range(3)]
+    expected = [np.interp(k * 0.01, flight.t, flight.v[:, i]) for i in range(3)]
     np.testing.assert_allclose(yi.numpy(), expected, atol=1e-5)
     # inputs: the 400 Hz flight passes the anti-alias FIR before interpolation (as in the streaming predictor)
-    acc = antialias(seq.t, seq.acc, 100.0)
-    np.testing.assert_allclose(xi[-1, :3].numpy(), [np.interp(k * 0.01, seq.t, acc[:, i]) for i in range(3)], atol=1e-4)
+    acc = antialias(flight.t, flight.acc, 100.0)
+    np.testing.assert_allclose(
+        xi[-1, :3].numpy(), [np.interp(k * 0.01, flight.t, acc[:, i]) for i in range(3)], atol=1e-4
+    )
     norm = fit_normalization(ds.inputs, "rpm")
     feat = ds.inputs.double().numpy()[:, 6:] ** 2
     np.testing.assert_allclose(norm.mean[6:], feat.mean(0), rtol=1e-6)
     t, v = resample(np.array([0.0, 0.01, 0.02]), np.array([[0.0], [1.0], [2.0]]), 100.0)
     assert len(t) == 3 and v[2, 0] == 2.0
     with pytest.raises(ValueError, match="rotor_kind"):
-        WindowDataset([seq], ModelConfig(rotor_kind="pwm"))
+        WindowDataset([flight], ModelConfig(rotor_kind="pwm"))
 
 
 DDP_SCRIPT = textwrap.dedent(
@@ -139,11 +141,11 @@ def test_distributed_data_parallel_two_cpu_processes(tmp_path):
 
 
 def test_resume_under_a_time_budget_keeps_the_elapsed_time_and_the_epoch_cap(tmp_path):
-    seqs, val = [make_flight(1, duration=6.0)], [make_flight(2, duration=3.0)]
-    first = train(_cfg(epochs=3, time_budget=10.0), seqs, val, tmp_path)  # 10 min: the 3-epoch cap binds
+    flights, val = [make_flight(1, duration=6.0)], [make_flight(2, duration=3.0)]
+    first = train(_cfg(epochs=3, time_budget=10.0), flights, val, tmp_path)  # 10 min: the 3-epoch cap binds
     assert len(first.history) == 3 and first.history[-1].budget_s == 600.0
-    again = train(_cfg(epochs=3, time_budget=10.0, resume=str(first.last_path)), seqs, val, tmp_path)
+    again = train(_cfg(epochs=3, time_budget=10.0, resume=str(first.last_path)), flights, val, tmp_path)
     assert [h.epoch for h in again.history] == [0, 1, 2]
-    more = train(_cfg(epochs=5, time_budget=10.0, resume=str(first.last_path)), seqs, val, tmp_path)
+    more = train(_cfg(epochs=5, time_budget=10.0, resume=str(first.last_path)), flights, val, tmp_path)
     assert [h.epoch for h in more.history] == [0, 1, 2, 3, 4]
     assert more.history[-1].elapsed_s > first.history[-1].elapsed_s

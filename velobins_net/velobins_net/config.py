@@ -39,7 +39,7 @@ CHECKPOINT_FORMAT_VERSION = 1
 """Bumped whenever the checkpoint layout changes; loading another version is an error."""
 
 ROTOR_KINDS = ("rpm", "pwm")
-"""Rotor signal kinds (mirrors velobins_eval.sequence.ROTOR_KINDS; net must not import eval)."""
+"""Rotor signal kinds (mirrors velobins_data.flight.ROTOR_KINDS; net must not import eval)."""
 
 BIN_ENCODINGS = ("direct", "pe", "spe")
 """Bin encodings of the bin decoder (§III-B, §V-D "Bin Encoding")."""

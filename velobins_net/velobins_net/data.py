@@ -1,7 +1,7 @@
 """Training windows from flights: resampling, window indexing, normalisation statistics.
 
-Training accepts any objects with the :class:`SequenceLike` attributes (velobins_eval's
-``Flight`` fits; the net package does not import eval). Each flight is resampled to the
+Training reads :class:`velobins_data.flight.Flight` objects (the one flight type of the suite).
+Each flight is resampled to the
 network rate when its own rate differs: inputs through :func:`velobins_net.resample.to_model_grid`
 (the anti-alias FIR above the model rate, then linear interpolation: the streaming predictor's
 path, so training sees the node's signal, filter delay included), targets by linear interpolation
@@ -20,13 +20,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset
 
 from velobins_common.interp import interp_columns
+from velobins_data.flight import Flight
 
 from .config import ModelConfig
 from .resample import to_model_grid
@@ -36,22 +37,6 @@ _RATE_REL_TOL = 1e-3
 
 _MIN_STD = 1e-6
 """Channels with a smaller training std (constant signals) are normalised with std = 1."""
-
-
-class SequenceLike(Protocol):
-    """What training needs from a flight (velobins_eval.sequence.Flight satisfies it)."""
-
-    name: str
-    t: np.ndarray
-    acc: np.ndarray
-    gyro: np.ndarray
-    rotor: np.ndarray
-    rotor_kind: str
-    metadata: dict[str, Any]
-
-    def body_velocity(self) -> np.ndarray:
-        """(T, 3) ground-truth body velocity [m/s]."""
-        ...
 
 
 def attitude_columns(t: np.ndarray, q: np.ndarray, grid: np.ndarray) -> np.ndarray:
@@ -84,23 +69,23 @@ def resample(
     return grid, to_model_grid(grid, t, values, rate_hz) if antialias else interp_columns(grid, t, values)
 
 
-def sequence_arrays(seq: SequenceLike, cfg: ModelConfig) -> tuple[np.ndarray, np.ndarray]:
+def flight_arrays(flight: Flight, cfg: ModelConfig) -> tuple[np.ndarray, np.ndarray]:
     """One flight → (inputs (T, 6+K) raw [acc, gyro, rotor], targets (T, 3) body velocity), at cfg.rate_hz."""
-    src = str(seq.metadata.get("source", seq.name)) if hasattr(seq, "metadata") else seq.name
-    if seq.rotor_kind != cfg.rotor_kind:
-        raise ValueError(f"{src}: field 'rotor_kind' is {seq.rotor_kind!r} but the model expects {cfg.rotor_kind!r}")
-    if seq.rotor.ndim != 2 or seq.rotor.shape[1] != cfg.num_rotors:
-        raise ValueError(f"{src}: field 'rotor' has shape {seq.rotor.shape}, model expects K={cfg.num_rotors}")
-    t = np.asarray(seq.t, dtype=np.float64)
-    grid, inputs = resample(t, np.concatenate([seq.acc, seq.gyro, seq.rotor], axis=1), cfg.rate_hz)
+    src = str(flight.metadata.get("source", flight.name))
+    if flight.rotor_kind != cfg.rotor_kind:
+        raise ValueError(f"{src}: field 'rotor_kind' is {flight.rotor_kind!r} but the model expects {cfg.rotor_kind!r}")
+    if flight.rotor.ndim != 2 or flight.rotor.shape[1] != cfg.num_rotors:
+        raise ValueError(f"{src}: field 'rotor' has shape {flight.rotor.shape}, model expects K={cfg.num_rotors}")
+    t = np.asarray(flight.t, dtype=np.float64)
+    grid, inputs = resample(t, np.concatenate([flight.acc, flight.gyro, flight.rotor], axis=1), cfg.rate_hz)
     inputs = np.asarray(inputs)
     if cfg.attitude_input:
-        rot = attitude_columns(t, np.asarray(seq.q, dtype=np.float64), grid)  # type: ignore[attr-defined]
+        rot = attitude_columns(t, np.asarray(flight.q, dtype=np.float64), grid)
         inputs = np.concatenate([inputs, rot], axis=1)
     if cfg.output_kind == "displacement":
-        _, pos = resample(t, np.asarray(seq.p, dtype=np.float64), cfg.rate_hz, antialias=False)  # type: ignore[attr-defined]
+        _, pos = resample(t, np.asarray(flight.p, dtype=np.float64), cfg.rate_hz, antialias=False)
         return inputs, window_displacements(np.asarray(pos), rot, cfg.window_len)
-    _, targets = resample(t, seq.body_velocity(), cfg.rate_hz, antialias=False)
+    _, targets = resample(t, flight.body_velocity(), cfg.rate_hz, antialias=False)
     return inputs, np.asarray(targets)
 
 
@@ -131,15 +116,15 @@ class WindowDataset(Dataset):
         names: flight names, in order.
     """
 
-    def __init__(self, seqs: Seq[SequenceLike], cfg: ModelConfig, stride: int = 1):
+    def __init__(self, flights: Seq[Flight], cfg: ModelConfig, stride: int = 1):
         if stride < 1:
             raise ValueError(f"WindowDataset.stride: must be >= 1, got {stride}")
         self.window_len = cfg.window_len
         ins, tgts, ends = [], [], []
         offset = 0
-        self.names = [s.name for s in seqs]
-        for seq in seqs:
-            x, y = sequence_arrays(seq, cfg)
+        self.names = [s.name for s in flights]
+        for flight in flights:
+            x, y = flight_arrays(flight, cfg)
             if len(x) >= self.window_len:
                 ends.append(offset + np.arange(self.window_len - 1, len(x), stride))
             ins.append(x)
@@ -188,10 +173,10 @@ def fit_normalization(inputs: torch.Tensor, rotor_kind: str, channels: int | Non
     return Normalization(mean.numpy(), std.numpy())
 
 
-def describe_sources(seqs: Seq[SequenceLike]) -> list[dict[str, Any]]:
+def describe_sources(flights: Seq[Flight]) -> list[dict[str, Any]]:
     """Short description of the flights (name, source, dataset, samples) for checkpoints."""
     out = []
-    for s in seqs:
+    for s in flights:
         meta = getattr(s, "metadata", {}) or {}
         out.append(
             {"name": s.name, "source": str(meta.get("source", "")), "dataset": str(meta.get("dataset", ""))}

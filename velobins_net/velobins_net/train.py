@@ -31,12 +31,13 @@ from torch import nn
 
 from velobins_common.outputs import atomic_write_text
 from velobins_common.progress import progress_bar
+from velobins_data.flight import Flight
 
 from .accel import reuse_freed_memory
 from .bins import BinGrid, velocity_range_from
 from .checkpoint import CheckpointError, git_commit, read_checkpoint, save_checkpoint
 from .config import ModelConfig, config_differences
-from .data import SequenceLike, WindowDataset, describe_sources, fit_normalization
+from .data import WindowDataset, describe_sources, fit_normalization
 from .networks import build_model
 from .schedule import (
     LR_SCHEDULES,
@@ -249,9 +250,7 @@ def history_json(history: Seq[EpochRecord]) -> str:
     return json.dumps(rows, indent=1, allow_nan=False) + "\n"
 
 
-def train(
-    cfg: TrainConfig, train_seqs: Seq[SequenceLike], val_seqs: Seq[SequenceLike], out_dir: str | Path
-) -> TrainResult:
+def train(cfg: TrainConfig, train_seqs: Seq[Flight], val_seqs: Seq[Flight], out_dir: str | Path) -> TrainResult:
     """Train a variant on ``train_seqs``, validate on ``val_seqs``, write ``best.pt`` / ``last.pt`` to ``out_dir``.
 
     ``history.json`` is rewritten (atomically) after every epoch. ``best.pt`` is written only for

@@ -6,10 +6,9 @@ as ``velobins evaluate``: :func:`~velobins_eval.evaluate.predict_flight`,
 :func:`~velobins_eval.evaluate.fuse_flight`, :func:`~velobins_eval.scoring.score`), and writes
 ``<out>/<split>/{metrics.json, report.md, config.json, figures/*.png}`` (docs/reproduce.md).
 
-The package, in the order a run goes through it (``cli`` parses, ``commands`` orchestrates, the
-others do the work):
+The package, in the order a run goes through it (:mod:`velobins_eval.cli.reproduce` parses,
+``commands`` orchestrates, the others do the work):
 
-* :mod:`.cli` — options, checked; :func:`main_reproduce` is ``velobins reproduce``;
 * :mod:`.commands` — check, lock ``<out>``, train, evaluate, report;
 * :mod:`.plan` — schedules, row names, the trainings and evaluation units, the output layout;
 * :mod:`.manifest` — ``<out>/reproduce.json`` and the checks made before any work;
@@ -30,7 +29,6 @@ removes the earlier reproduction; every report, table and figure is written atom
 
 from __future__ import annotations
 
-from .cli import main_reproduce
 from .jobs import stop_processes
 
-__all__ = ["main_reproduce", "stop_processes"]
+__all__ = ["stop_processes"]

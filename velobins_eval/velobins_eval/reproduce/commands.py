@@ -100,7 +100,7 @@ def reproduce(opts: Options) -> int:
 
 def _run(opts: Options, schedule: Schedule, splits: dict[str, Path], data: dict[str, Path], ekf: Any) -> int:
     """Train, evaluate and report into the locked ``opts.out``."""
-    from ..datasets import find_files, load_directory
+    from velobins_data.datasets import find_files, load_directory
 
     wall0 = time.monotonic()
     jobs, units = plan(schedule, opts.tables)

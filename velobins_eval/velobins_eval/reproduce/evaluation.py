@@ -50,7 +50,7 @@ def _init_worker(dataset: str, directory: str, params: tuple[str, ...] = ()) -> 
     """Pool initialiser: one torch thread, the split's flights loaded once per worker."""
     import torch
 
-    from ..datasets import load_directory
+    from velobins_data.datasets import load_directory
 
     torch.set_num_threads(1)
     global _WORKER_SEQS, _WORKER_EKF

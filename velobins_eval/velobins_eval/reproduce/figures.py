@@ -14,8 +14,9 @@ from typing import Any
 
 import numpy as np
 
+from velobins_data.datasets.nanobench import TRAJECTORY_SHAPES, trajectory_shape
+
 from .. import metrics
-from ..datasets.nanobench import TRAJECTORY_SHAPES, trajectory_shape
 from ..report import HEADERS, plot_trajectories, pyplot, save_figure
 from .plan import HEADLINE, IMU_ONLY, REGRESSION, TABLE1_COLUMNS, sweep_row
 from .summary import RowSummary

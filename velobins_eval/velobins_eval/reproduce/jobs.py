@@ -45,7 +45,7 @@ def train_command(
     no flag when the directory holds no training.
     """
     partial = partial_dir(out, job.name)
-    cmd = [sys.executable, "-m", "velobins_eval.train_cli", "--dataset", dataset, "--data", str(train)]
+    cmd = [sys.executable, "-m", "velobins_eval.cli.train", "--dataset", dataset, "--data", str(train)]
     cmd += ["--val", str(val), *job.args, "--epochs", str(schedule.epochs), "--stride", str(schedule.stride)]
     # No --no-progress: bars draw on a terminal only, so the log gets the per-epoch lines and no bar frames.
     cmd += ["--seed", str(job.seed), "--threads", "1", "--device", device, "--out", str(partial)]

@@ -95,7 +95,7 @@ def check_data_outside(out: Path, data: dict[str, Path]) -> None:
 
 def check_flights(dataset: str, data: dict[str, Path]) -> None:
     """Every data directory exists and holds flights of ``dataset`` (before any work)."""
-    from ..datasets import find_files
+    from velobins_data.datasets import find_files
 
     for split, directory in data.items():
         flag = "--data" if split == "train" else f"--{split}"

@@ -11,9 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from velobins_common.outputs import atomic_write_text
+from velobins_data.datasets.nanobench import TRAJECTORY_SHAPES, trajectory_shape
 
 from .. import metrics
-from ..datasets.nanobench import TRAJECTORY_SHAPES, trajectory_shape
 from ..report import KEYS, write_metrics_json
 from .figures import bins_figure, methods_figure, nees_figure, trajectory_figures
 from .paper import differences_paragraph, paper_vs_measured, table1_vs_paper

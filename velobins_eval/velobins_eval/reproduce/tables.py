@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from ..datasets.nanobench import TRAJECTORY_SHAPES, trajectory_shape
+from velobins_data.datasets.nanobench import TRAJECTORY_SHAPES, trajectory_shape
+
 from ..report import HEADERS, Cells, best_label, format_value, render_table
 from ..scoring import nanmean
 from .plan import HEADLINE, IMU_ONLY, REGRESSION

@@ -1,0 +1,26 @@
+"""Build script of velobins_bridges (ament_python)."""
+
+from setuptools import find_packages, setup
+
+PACKAGE = "velobins_bridges"
+
+setup(
+    name=PACKAGE,
+    version="0.1.0",
+    packages=find_packages(exclude=["test"]),
+    data_files=[
+        ("share/ament_index/resource_index/packages", ["resource/" + PACKAGE]),
+        ("share/" + PACKAGE, ["package.xml"]),
+    ],
+    install_requires=["setuptools"],
+    zip_safe=True,
+    maintainer="VeloBins maintainers",
+    maintainer_email="maintainers@velobins.dev",
+    description="Bridges between autopilot topics and VeloBins: rotor speeds in (pure core + thin node).",
+    license="BSD-3-Clause",
+    entry_points={
+        "console_scripts": [
+            "velobins_rotor_bridge = velobins_bridges.rotor_node:main",
+        ],
+    },
+)

@@ -1,0 +1,45 @@
+"""The Flight contract: conversions and the validation that names source, field and row."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.spatial.transform import Rotation
+
+from velobins_data.flight import Flight, FlightError
+
+
+def _arrays(n: int = 50) -> dict:
+    t = np.arange(n) * 0.01
+    return dict(
+        t=t,
+        acc=np.tile([0.0, 0.0, 9.81], (n, 1)),
+        gyro=np.zeros((n, 3)),
+        rotor=np.full((n, 4), 0.5),
+        p=np.zeros((n, 3)),
+        q=np.tile(Rotation.from_euler("z", 90, degrees=True).as_quat(), (n, 1)),
+        v=np.tile([1.0, 0.0, 0.0], (n, 1)),
+    )
+
+
+def test_body_velocity_rotates_world_into_body() -> None:
+    flight = Flight(name="s", rotor_kind="pwm", metadata={"source": "x.csv"}, **_arrays())
+    assert np.allclose(flight.body_velocity(), [0.0, -1.0, 0.0])
+    assert flight.rate_hz == pytest.approx(100.0) and flight.num_rotors == 4 and len(flight.slice(5, 15)) == 10
+
+
+@pytest.mark.parametrize(
+    ("field", "edit", "message"),
+    [
+        ("t", lambda a: a["t"].__setitem__(7, a["t"][6]), "strictly increasing"),
+        ("acc", lambda a: a["acc"].__setitem__((3, 1), np.nan), "non-finite"),
+        ("q", lambda a: a["q"].__setitem__(4, [0, 0, 0, 2.0]), "norm"),
+        ("rotor", lambda a: a["rotor"].__setitem__((2, 0), 1.5), "normalised"),
+    ],
+)
+def test_validation_names_source_field_and_row(field: str, edit, message: str) -> None:
+    arrays = _arrays()
+    edit(arrays)
+    with pytest.raises(FlightError, match=message) as err:
+        Flight(name="s", rotor_kind="pwm", metadata={"source": "flight.csv"}, **arrays)
+    assert err.value.field == field and err.value.source == "flight.csv" and err.value.row is not None

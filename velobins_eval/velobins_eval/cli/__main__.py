@@ -1,0 +1,7 @@
+"""``python -m velobins_eval.cli``: the ``velobins`` command."""
+
+import sys
+
+from .dispatch import main
+
+sys.exit(main())

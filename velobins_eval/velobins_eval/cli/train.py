@@ -1,0 +1,282 @@
+"""``velobins train``: load flights with a dataset adapter and train one network variant.
+
+Variant names are the rows of the paper's Table II in :mod:`velobins_net.variants`' grammar: ``H``,
+``M``, ``G``, ``G+H``, ``M+H`` (bins, optionally ``^B``, ``^C``, ``^B+C``) and ``reg`` (the AI-IO
+regression baseline, Reg (H+N)^C); ``--uncertainty`` replaces the variance source (``B`` bins,
+``C`` covariance decoder, ``B+C`` their sum). ``--method`` picks a method of the paper's Table I
+instead: ``velobins`` (the variant above), ``ai-io`` (``reg``), or a baseline with its own network
+and loss: ``tlio``, ``eqnio``, ``imo``, ``airio`` (:mod:`velobins_net.baselines`). Training and
+model options are generated from ``TrainConfig`` / ``ModelConfig``, their one source of defaults
+and help. Without ``--val``, the
+last flights of ``--data`` (``--val-fraction``) are held out for validation.
+
+Under ``torchrun --nproc_per_node N -m velobins_eval.train_cli ...`` the same command trains with
+DistributedDataParallel.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from velobins_common.fields import add_config_options, config_values
+from velobins_common.outputs import RunLayout, open_run_dir, output_mode, remove_stale_temp_files
+from velobins_data.dataset_kinds import KINDS
+from velobins_net.config import BASELINE_METHODS
+
+from .options import add_allow_option
+
+TRAIN_FIELDS = (
+    "time_budget",
+    "epochs",
+    "stride",
+    "rotate_windows",
+    "val_stride",
+    "batch_size",
+    "lr",
+    "lr_schedule",
+    "warmup",
+    "min_lr_ratio",
+    "kl_ramp",
+    "kl_ramp_start",
+    "seed",
+    "best_metric",
+    "patience",
+    "velocity_range",
+    "device",
+)
+"""TrainConfig fields that are options of ``velobins train`` (defaults and help from the dataclass)."""
+
+DEFAULT_RECIPE = "paper"
+"""The recipe ``velobins train`` applies when ``--recipe`` is not given (velobins_net.schedule.RECIPES)."""
+MODEL_FIELDS = ("bin_encoding", "num_bins", "baseline_width", "frame_width")
+"""ModelConfig fields that are options (the rest follows from the variant and the flights)."""
+
+
+METHOD_CHOICES = ("velobins", "ai-io", *BASELINE_METHODS)
+"""``--method`` values (Table I columns)."""
+
+
+def parse_cli_variant(variant: str, uncertainty: str | None, method: str = "velobins"):
+    """The :class:`~velobins_net.variants.Variant` of ``--variant`` (any Table II name) and ``--uncertainty``.
+
+    ``--uncertainty`` replaces the variant's uncertainty source (``--variant G+H --uncertainty B``
+    is ``G+H^B``); the grammar itself is :func:`velobins_net.variants.parse_variant`'s alone.
+    """
+    from velobins_net.variants import parse_variant
+
+    if method != "velobins":
+        if uncertainty is not None:
+            raise ValueError(f"--uncertainty applies to VeloBins variants, not to --method {method}")
+        return parse_variant(method)
+    base = parse_variant(variant)
+    return base if uncertainty is None else parse_variant(f"{base.supervision}^{uncertainty}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Options of ``velobins train``; the training and model options come from their dataclasses."""
+    from velobins_net.config import BIN_ENCODINGS, ModelConfig
+    from velobins_net.decoders import UNCERTAINTY_SOURCES
+    from velobins_net.schedule import LR_SCHEDULES, RECIPES
+    from velobins_net.train import METRICS, TrainConfig
+
+    p = argparse.ArgumentParser(prog="velobins train", description=__doc__.split("\n\n")[0])
+    p.add_argument("--dataset", required=True, choices=KINDS, help="adapter for --data/--val")
+    p.add_argument("--data", required=True, type=Path, help="directory of training flights")
+    p.add_argument("--val", type=Path, help="directory of validation flights (default: hold out from --data)")
+    p.add_argument("--val-fraction", type=float, default=0.1, help="share of --data held out when --val is absent")
+    p.add_argument(
+        "--variant",
+        default="G+H",
+        help="Table II row: reg, H, M, G, G+H or M+H, optionally with its uncertainty source (G+H^B, M^B+C)",
+    )
+    p.add_argument("--uncertainty", choices=UNCERTAINTY_SOURCES, help="replaces the variant's uncertainty source")
+    p.add_argument(
+        "--method",
+        default="velobins",
+        choices=METHOD_CHOICES,
+        help="Table I method: velobins (--variant), ai-io (= --variant reg), or a baseline network",
+    )
+    add_config_options(
+        p,
+        ModelConfig,
+        MODEL_FIELDS,
+        flags={"bin_encoding": "--encoding", "num_bins": "--bins"},
+        choices={"bin_encoding": BIN_ENCODINGS},
+    )
+    p.add_argument(
+        "--recipe",
+        choices=tuple(RECIPES),
+        default=DEFAULT_RECIPE,
+        help="named training settings (velobins_net.schedule.RECIPES; docs/results/recipe/README.md): "
+        "paper = constant LR 3e-4, stride 1, best by NLL; small-data = LR 1e-3 with 5%% warm-up and cosine decay, "
+        "rotating stride 4, best by NLL + NEES-share term. Options given explicitly override the recipe's values "
+        f"(default: {DEFAULT_RECIPE})",
+    )
+    add_config_options(
+        p,
+        TrainConfig,
+        TRAIN_FIELDS,
+        flags={"time_budget": "--time-budget"},
+        choices={"best_metric": METRICS, "device": ("auto", "cpu", "cuda"), "lr_schedule": LR_SCHEDULES},
+    )
+    p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    p.add_argument(
+        "--resume",
+        nargs="?",
+        const=True,
+        type=Path,
+        metavar="CHECKPOINT",
+        help="continue the run in --out from its last.pt (or from CHECKPOINT)",
+    )
+    p.add_argument(
+        "--overwrite", action="store_true", help="replace the run already in --out (best.pt, last.pt, history.json)"
+    )
+    add_allow_option(p, "train on flights that fail this plausibility check; recorded in the checkpoint")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar or per-epoch lines")
+    p.add_argument(
+        "--cache-dir", type=Path, help="keep parsed flights here (npz) and reuse them while the files are unchanged"
+    )
+    p.add_argument("--out", required=True, type=Path, help="output directory (best.pt, last.pt, history.json)")
+    return p
+
+
+TRAIN_LAYOUT = RunLayout("train", ("best.pt", "last.pt", "history.json"))
+"""What ``velobins train`` owns in ``--out``: a directory holding any of these holds a run."""
+
+CHECKPOINT_RESERVE_BYTES = 16 << 20
+"""Room checked in ``--out`` before training: more than two checkpoints of the default model."""
+
+
+def _resume_path(args: argparse.Namespace) -> Path | None:
+    """The checkpoint to resume from: ``--out/last.pt`` for a bare ``--resume``."""
+    if args.resume is None:
+        return None
+    path = args.out / "last.pt" if args.resume is True else Path(args.resume)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no checkpoint to resume from (--resume)")
+    return path
+
+
+def _lock_output(args: argparse.Namespace):
+    """Lock ``--out`` for this run (rank 0 under torchrun) or return a no-op context."""
+    import contextlib
+    import os
+
+    if int(os.environ.get("RANK", "0")) != 0:
+        return contextlib.nullcontext()
+    mode = output_mode(resume=args.resume is not None, overwrite=args.overwrite)
+    lock = open_run_dir(args.out, TRAIN_LAYOUT, mode, reserve_bytes=CHECKPOINT_RESERVE_BYTES)
+    remove_stale_temp_files(args.out)
+    return lock
+
+
+def split_validation(seqs: list, fraction: float) -> tuple[list, list]:
+    """Hold out the last ``fraction`` of flights (at least one) for validation."""
+    if len(seqs) < 2:
+        raise ValueError("need at least 2 flights to hold one out for validation (or pass --val)")
+    n_val = max(1, round(len(seqs) * fraction))
+    return seqs[:-n_val], seqs[-n_val:]
+
+
+def parse_train_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Parse ``velobins train``'s options: the recipe's values replace the dataclass defaults of the
+    options not given on the command line (explicit options always win)."""
+    from velobins_net.schedule import RECIPES
+
+    parser = build_parser()
+    recipe = parser.parse_known_args(argv)[0].recipe
+    parser.set_defaults(**RECIPES[recipe])
+    return parser.parse_args(argv)
+
+
+def main_train(argv: list[str] | None = None) -> int:
+    """Entry point of ``velobins train``; returns the exit status (1 when no epoch scored)."""
+    args = parse_train_args(argv)
+    if not 0.0 < args.val_fraction < 1.0:
+        raise ValueError(f"--val-fraction must be in (0, 1), got {args.val_fraction}")
+    if args.threads is not None and args.threads < 1:
+        raise ValueError(f"--threads must be >= 1, got {args.threads}")
+    with _lock_output(args):
+        return _run(args)
+
+
+def _load(args: argparse.Namespace) -> tuple[list, list, list]:
+    """(train flights, validation flights, skipped flights) of the command line's data."""
+    from velobins_data.datasets import load_flights
+
+    loaded = load_flights(args.dataset, args.data, allow=tuple(args.allow), cache_dir=args.cache_dir)
+    skipped = list(loaded.skipped)
+    if args.val is not None:
+        val = load_flights(args.dataset, args.val, allow=tuple(args.allow), cache_dir=args.cache_dir)
+        skipped += val.skipped
+        return list(loaded.sequences), list(val.sequences), skipped
+    train_seqs, val_seqs = split_validation(list(loaded.sequences), args.val_fraction)
+    return train_seqs, val_seqs, skipped
+
+
+def _run(args: argparse.Namespace) -> int:
+    import torch
+
+    from velobins_net.config import ModelConfig
+    from velobins_net.train import TrainConfig, train
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    resume = _resume_path(args)
+    variant = parse_cli_variant(args.variant, args.uncertainty, args.method)
+    train_seqs, val_seqs, skipped = _load(args)
+    kinds = {s.rotor_kind for s in train_seqs + val_seqs}
+    rotors = {s.num_rotors for s in train_seqs + val_seqs}
+    if len(kinds) != 1 or len(rotors) != 1:
+        raise ValueError(f"flights mix rotor kinds {sorted(kinds)} or rotor counts {sorted(rotors)}")
+    for item in skipped:
+        print(f"skipped {item.path}: {item.reason}", file=sys.stderr)
+    model = ModelConfig(
+        num_rotors=rotors.pop(),
+        rotor_kind=kinds.pop(),
+        **config_values(args, MODEL_FIELDS),
+    )  # head, covariance decoder and uncertainty follow from the variant (train.resolve_model_config)
+    notes = (f"; skipped {len(skipped)} unusable flight(s)" if skipped else "") + (
+        f"; plausibility checks allowed: {', '.join(args.allow)}" if args.allow else ""
+    )
+    cfg = TrainConfig(
+        model=model,
+        variant=variant.name,
+        **config_values(args, TRAIN_FIELDS),
+        resume=str(resume) if resume else None,
+        progress=not args.no_progress,
+        data_description=f"{args.dataset}: train {args.data} ({len(train_seqs)} flights), "
+        f"val {args.val or 'held out'} ({len(val_seqs)} flights){notes}",
+    )
+    budget = f", budget {cfg.time_budget:g} min" if cfg.time_budget else ""
+    print(
+        f"training {cfg.variant} on {len(train_seqs)} flights, validating on {len(val_seqs)} "
+        f"(recipe {args.recipe}{budget}) -> {args.out}"
+    )
+    result = train(cfg, train_seqs, val_seqs, args.out)
+    if result.history:
+        print(f"{'epoch':>5} {'loss':>9} {'val AVE':>8} {'val NLL':>8} {'NEES in':>7} {'lr':>8} {'win/s':>7}")
+        for h in result.history:
+            print(
+                f"{h.epoch:>5} {h.train_loss:>9.4f} {h.val_ave:>8.4f} {h.val_nll:>8.3f} "
+                f"{100 * h.val_nees_share:>6.0f}% {h.lr:>8.2e} {h.windows_per_s:>7.0f}"
+            )
+        if cfg.time_budget:
+            last = result.history[-1]
+            print(f"time budget {cfg.time_budget:g} min: ran {len(result.history)} epochs in {last.elapsed_s:.0f} s")
+    if result.best_epoch < 0:
+        last = result.history[-1].epoch if result.history else None
+        print(
+            f"velobins train: error: no epoch gave a finite validation {args.best_metric}: best.pt was not "
+            f"written ({result.last_path} holds epoch {last}); check the data with 'velobins check'",
+            file=sys.stderr,
+        )
+        return 1
+    print(f"best: epoch {result.best_epoch}, val {args.best_metric} {result.best_value:.4f} -> {result.best_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main_train())

@@ -1,0 +1,21 @@
+"""Build script of velobins_ros (ament_python)."""
+
+from setuptools import find_packages, setup
+
+PACKAGE = "velobins_ros"
+
+setup(
+    name=PACKAGE,
+    version="0.1.0",
+    packages=find_packages(exclude=["test"]),
+    data_files=[
+        ("share/ament_index/resource_index/packages", ["resource/" + PACKAGE]),
+        ("share/" + PACKAGE, ["package.xml"]),
+    ],
+    install_requires=["setuptools"],
+    zip_safe=True,
+    maintainer="VeloBins maintainers",
+    maintainer_email="maintainers@velobins.dev",
+    description="rclpy helpers the VeloBins nodes share: parameters, QoS, stamps, drops, diagnostics, IMU frame.",
+    license="BSD-3-Clause",
+)
