@@ -160,7 +160,9 @@ class EkfNode(Node):
         self.filter_config = declare_config(self, EkfConfig(), prefix="filter.", on_change=self._on_filter)
         cfg = self.config
         self.drops = DropCounter(self)
-        self.imu_frame = ImuFrame(self, self.base_frame, cfg.imu_to_body, self.drops, cfg.imu_frame_timeout)
+        self.imu_frame = ImuFrame(
+            self, self.base_frame, cfg.imu_to_body, self.drops, cfg.imu_frame_timeout, frame_prefix=cfg.frame_prefix
+        )
         self.filter = self._new_filter()
         # Warm the filter's lazy imports (scipy's rotations) now: on the first odometry they stalled
         # the callback long enough to overflow the IMU queue during a fast replay.

@@ -144,7 +144,12 @@ class VeloBinsNetNode(Node):
         self.num_rotors = self.model.cfg.num_rotors
         self.drops = DropCounter(self)
         self.imu_frame = ImuFrame(
-            self, cfg.frame_prefix + cfg.frame_id, cfg.imu_to_body, self.drops, cfg.imu_frame_timeout
+            self,
+            cfg.frame_prefix + cfg.frame_id,
+            cfg.imu_to_body,
+            self.drops,
+            cfg.imu_frame_timeout,
+            frame_prefix=cfg.frame_prefix,
         )
         self.predictor = self._new_predictor()
         self.add_on_set_parameters_callback(self._check_uncertainty)

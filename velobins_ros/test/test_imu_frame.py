@@ -181,3 +181,28 @@ def test_invalid_parameter_is_an_error_at_start(ros: dict[str, Any]) -> None:
         make_frame(ros["node"], (1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, -1.0))
     with pytest.raises(ValueError, match=r"^imu_to_body: expected 4 numbers"):
         make_frame(ros["node"], (1.0, 0.0))
+
+
+@pytest.mark.ros
+def test_unprefixed_body_frame_is_the_vehicles_own(ros: dict[str, Any], capfd: pytest.CaptureFixture[str]) -> None:
+    """frame_prefix drone2/: an IMU stamped base_link (mavros' default) is drone2/base_link, said once at INFO;
+    another vehicle's body frame is not, and without a prefix nothing changes."""
+    from velobins_ros import DropCounter
+    from velobins_ros.imu_frame import ImuFrame
+
+    drops = DropCounter(ros["node"])
+    frame = ImuFrame(ros["node"], "drone2/base_link", (), drops, frame_prefix="drone2/")
+    for frame_id in ("base_link", "/base_link", "drone2/base_link"):
+        acc, gyro = frame.to_body(imu(frame_id))
+        assert tuple(acc) == ACC and tuple(gyro) == GYRO, frame_id
+    np.testing.assert_array_equal(frame.rotation("base_link"), np.eye(3))
+    assert not drops.counts
+    err = capfd.readouterr().err
+    assert err.count("IMU frame 'base_link' taken as this vehicle's body frame 'drone2/base_link'") == 1, err
+    assert "[INFO]" in err and "[WARN]" not in err
+
+    assert frame.to_body(imu("drone1/base_link")) is None  # another vehicle's: a TF question, counted
+    assert drops.counts["imu_frame_unknown"] == 1
+
+    plain, plain_drops = make_frame(ros["node"])  # no prefix: base_link is the body, drone2/base_link is not
+    assert plain.to_body(imu("drone2/base_link")) is None and plain_drops.counts["imu_frame_unknown"] == 1

@@ -6,7 +6,9 @@ IMU stamped with another frame (``imu_link``, a PX4 FRD IMU) is never taken as b
 1. ``imu_to_body`` set (4 or 9 numbers, :func:`velobins_common.frames.parse_rotation`): that
    rotation is applied to every message, whatever its ``frame_id`` (logged once at INFO).
 2. Else, ``header.frame_id`` empty or equal to the body frame: identity (an empty ``frame_id`` is
-   reported once as a WARN: the body frame is assumed).
+   reported once as a WARN: the body frame is assumed). With a ``frame_prefix`` (``drone2/``), the
+   body frame without it (``base_link``) is this vehicle's too, said once at INFO: mavros stamps
+   every vehicle's IMU ``base_link`` while the nodes publish ``drone2/base_link``.
 3. Else the static transform ``base_frame ← frame_id`` from ``/tf_static`` (what
    ``robot_state_publisher`` and ``static_transform_publisher`` publish; composed through
    intermediate frames by :class:`velobins_common.frames.StaticTransformTree`). This reads the
@@ -71,6 +73,8 @@ class ImuFrame:
         drops: the node's drop counter (``imu_frame_unknown``).
         timeout: wall seconds a frame may stay unknown before the ERROR log.
         tf_static_topic: the static-transform topic (remappable as usual).
+        frame_prefix: the node's ``frame_prefix``, which ``base_frame`` starts with; ``base_frame``
+            without it is then taken as the body frame too.
 
     Raises:
         ValueError: ``imu_to_body`` is not a valid rotation (the message names the parameter).
@@ -84,10 +88,14 @@ class ImuFrame:
         drops: DropCounter,
         timeout: float = DEFAULT_IMU_FRAME_TIMEOUT,
         tf_static_topic: str = "/tf_static",
+        frame_prefix: str = "",
     ) -> None:
         self._node = node
         self._log = node.get_logger()
         self._base = normalize_frame(base_frame)
+        prefixed = bool(frame_prefix) and base_frame.startswith(frame_prefix)
+        self._unprefixed = normalize_frame(base_frame[len(frame_prefix) :]) if prefixed else ""
+        """The body frame without the prefix ('' without one): an IMU stamped so is this vehicle's."""
         self._drops = drops
         self._timeout = float(timeout)
         self._topic = tf_static_topic
@@ -140,7 +148,7 @@ class ImuFrame:
         frame = normalize_frame(frame_id)
         if self._use_param:
             return np.eye(3) if self._fixed is None else self._fixed.copy()
-        if not frame or frame == self._base:
+        if not frame or frame in (self._base, self._unprefixed):
             return np.eye(3)
         return self._tree.rotation(self._base, frame)
 
@@ -153,11 +161,16 @@ class ImuFrame:
             )
             self._cache[frame] = self._fixed
             return self._fixed
-        if not frame or frame == self._base:
+        if not frame or frame in (self._base, self._unprefixed):
             if not frame:
                 self._log.warning(
                     f"IMU messages have an empty header.frame_id: taking them as the body frame {self._base!r} "
                     "(set frame_id, or imu_to_body if the IMU is mounted rotated)"
+                )
+            elif frame != self._base:
+                self._log.info(
+                    f"IMU frame {frame!r} taken as this vehicle's body frame {self._base!r} (the frame_prefix "
+                    "is not in the IMU's frame_id; set imu_to_body if the IMU is mounted rotated)"
                 )
             self._cache[frame] = None
             return None
