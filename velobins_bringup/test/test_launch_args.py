@@ -115,3 +115,61 @@ def _get_parameters(domain: int, node_name: str, names: list[str], timeout: floa
     finally:
         node.destroy_node()
         rclpy.shutdown(context=ctx)
+
+
+@pytest.mark.parametrize(
+    ("namespace", "prefix"),
+    [("", ""), ("/", ""), ("/drone1", "drone1/"), ("drone1", "drone1/"), ("/fleet/a/", "fleet/a/"), (" /d ", "d/")],
+)
+def test_frame_prefix_of_a_namespace(namespace: str, prefix: str) -> None:
+    assert la.frame_prefix_for(namespace) == prefix
+
+
+def test_frame_prefix_defaults_from_the_namespace_in_both_tables() -> None:
+    for table in (la.DRONE_ARGS, la.REPLAY_ARGS):
+        names = [a.name for a in table]
+        assert names.index("namespace") < names.index("frame_prefix")  # declared first: the default reads it
+        assert next(a for a in table if a.name == "frame_prefix").default == la.NAMESPACE_PREFIX
+        assert {"respawn", "respawn_delay"} <= set(names)
+
+
+PRESETS = Path(__file__).resolve().parents[1] / "config" / "rotor_bridge"
+
+
+def test_rotor_bridge_takes_a_preset_name_or_a_preset_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert la.rotor_bridge_presets(PRESETS)[:2] == ["crazyflie_pwm", "joint_state"]
+    assert la.resolve_rotor_bridge("", PRESETS) is None
+    assert la.resolve_rotor_bridge(" mavros_esc_status ", PRESETS) == str(PRESETS / "mavros_esc_status.yaml")
+    own = tmp_path / "my_bridge.yaml"
+    own.write_text((PRESETS / "joint_state.yaml").read_text())
+    assert la.resolve_rotor_bridge(str(own), PRESETS) == str(own)
+    monkeypatch.chdir(tmp_path)
+    assert la.resolve_rotor_bridge("my_bridge.yaml", PRESETS) == str(own)  # relative to where launch runs
+    for key in ("velobins_rotor_bridge", "/drone1/velobins_rotor_bridge", "/**"):
+        own.write_text(f"{key}:\n  ros__parameters:\n    num_rotors: 6\n")
+        assert la.resolve_rotor_bridge(str(own), PRESETS) == str(own), key
+
+
+@pytest.mark.parametrize(
+    ("content", "value", "message"),
+    [
+        (None, "mavros_esc_statu", "rotor_bridge:=mavros_esc_statu: no such preset or file (presets: crazyflie_pwm, "),
+        (None, "/no/such/file.yaml", "rotor_bridge:=/no/such/file.yaml: no such preset or file (presets: "),
+        ("a: [1,", "{file}", "cannot read it as YAML ("),
+        ("- just a list", "{file}", "no '/**/velobins_rotor_bridge: ros__parameters:' section (start from a preset"),
+        ("/**/velobins_ekf:\n  ros__parameters: {}\n", "{file}", "no '/**/velobins_rotor_bridge: ros__parameters:'"),
+        ("/**/velobins_rotor_bridge:\n  input_type: x\n", "{file}", "no '/**/velobins_rotor_bridge: ros__parameters:'"),
+    ],
+)
+def test_anything_else_is_one_line_naming_the_presets(
+    tmp_path: Path, content: str | None, value: str, message: str
+) -> None:
+    file = tmp_path / "bridge.yaml"
+    if content is not None:
+        file.write_text(content)
+    with pytest.raises(ValueError) as info:
+        la.resolve_rotor_bridge(value.format(file=file), PRESETS)
+    text = str(info.value)
+    assert message in text and "\n" not in text, text
+    if "YAML" not in message:
+        assert "joint_state" in text and "px4_actuator_motors" in text, text

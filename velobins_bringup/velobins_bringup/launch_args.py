@@ -16,7 +16,11 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+NAMESPACE_PREFIX = "<namespace>/"
+"""The ``frame_prefix`` default: derived from ``namespace`` by :func:`frame_prefix_for` at launch time."""
 
 NET, EKF, REPLAY, EVAL, BRIDGE = (
     "velobins_net",
@@ -48,17 +52,31 @@ class LaunchArg:
 
 
 _SHARED = (
-    LaunchArg("namespace", str, "", "ROS namespace of every node and topic (e.g. /drone1); TF stays global"),
+    LaunchArg(
+        "namespace",
+        str,
+        "",
+        "ROS namespace of every node and topic (e.g. /drone1); its frames get frame_prefix (drone1/)",
+    ),
     LaunchArg("params_file", str, "<share>/config/velobins.yaml", "parameter file of all nodes (copy and edit)"),
     LaunchArg("log_level", str, "info", "log level of the VeloBins nodes (debug, info, warn, error, fatal)"),
     LaunchArg(
         "frame_prefix",
         str,
-        "",
-        "prepended to the frames the nodes publish (e.g. drone1/ → drone1/odom, drone1/base_link)",
+        NAMESPACE_PREFIX,
+        "prepended to the frames the nodes publish (drone1/ → drone1/odom, drone1/base_link); default: the "
+        "namespace's (namespace:=/drone1 → drone1/, none without a namespace); frame_prefix:='' for global frames",
         ((NET, "frame_prefix"), (EKF, "frame_prefix")),
     ),
     LaunchArg("rviz", bool, "false", "start RViz with rviz/velobins.rviz"),
+    LaunchArg(
+        "respawn",
+        bool,
+        "false",
+        "restart a VeloBins node that dies (after respawn_delay) instead of stopping the whole launch with a "
+        "non-zero status; a node that cannot start (bad model or parameter) always stops it",
+    ),
+    LaunchArg("respawn_delay", float, "1.0", "seconds before a dead node is restarted (respawn:=true)"),
 )
 
 _MODEL = (
@@ -86,8 +104,8 @@ DRONE_ARGS: tuple[LaunchArg, ...] = (
         "rotor_bridge",
         str,
         "",
-        "start velobins_rotor_bridge with this preset of config/rotor_bridge/ (e.g. mavros_esc_status); "
-        "empty: the autopilot publishes velobins_msgs/RotorSpeeds itself",
+        "start velobins_rotor_bridge with a preset of config/rotor_bridge/ (e.g. mavros_esc_status) or your "
+        "own preset file (path to a .yaml); empty: the autopilot publishes velobins_msgs/RotorSpeeds itself",
     ),
 )
 """Arguments of ``drone.launch.py``."""
@@ -120,9 +138,41 @@ def declarations(args: Sequence[LaunchArg]) -> list[Any]:
         default = a.default
         if a.name == "params_file":
             default = os.path.join(share_dir(), "config", "velobins.yaml")
+        elif default == NAMESPACE_PREFIX:
+            default = _namespace_frame_prefix()
         kwargs = {} if default is None else {"default_value": default}
         out.append(DeclareLaunchArgument(a.name, description=a.description, **kwargs))
     return out
+
+
+def frame_prefix_for(namespace: str) -> str:
+    """The frame prefix of a namespace: ``/drone1`` → ``drone1/``, ``/fleet/a`` → ``fleet/a/``, none → ``""``.
+
+    Two vehicles in two namespaces then publish distinct frames (``drone1/odom``, ``drone2/odom``)
+    on the one TF tree without anyone having to repeat the namespace as ``frame_prefix:=``.
+    """
+    name = namespace.strip().strip("/")
+    return f"{name}/" if name else ""
+
+
+def _namespace_frame_prefix() -> Any:
+    """The ``frame_prefix`` default as a launch substitution: :func:`frame_prefix_for` of ``namespace``.
+
+    A substitution (not a value fixed here) because the namespace is known only at launch time;
+    ``DeclareLaunchArgument`` performs it when ``frame_prefix`` is not given, so ``frame_prefix:=''``
+    still means global frames. ``namespace`` is declared before ``frame_prefix`` (``_SHARED``).
+    """
+    from launch.substitution import Substitution
+    from launch.substitutions import LaunchConfiguration
+
+    class NamespaceFramePrefix(Substitution):
+        def describe(self) -> str:
+            return repr(NAMESPACE_PREFIX)
+
+        def perform(self, context: Any) -> str:
+            return frame_prefix_for(LaunchConfiguration("namespace").perform(context))
+
+    return NamespaceFramePrefix()
 
 
 def typed(name: str, kind: type) -> Any:
@@ -186,3 +236,53 @@ def fixed(value: object, kind: type) -> Any:
     from launch_ros.parameter_descriptions import ParameterValue
 
     return ParameterValue(value, value_type=kind)
+
+
+def rotor_bridge_presets(presets_dir: str | Path) -> list[str]:
+    """Names of the rotor-bridge presets in ``presets_dir`` (``config/rotor_bridge/<name>.yaml``), sorted."""
+    return sorted(p.stem for p in Path(presets_dir).glob("*.yaml"))
+
+
+def resolve_rotor_bridge(value: str, presets_dir: str | Path) -> str | None:
+    """The parameter file ``rotor_bridge:=`` names: a preset name or a preset file of the user's; None if empty.
+
+    A file that exists wins over a preset name (as for ``model:=``). Anything else stops the launch
+    before a node starts: given a file it cannot read, ``launch_ros`` only warns "Parameter file
+    path is not a file" and starts the bridge on its built-in defaults, a rotor stream that
+    silently never comes (issue 23). Raises ``ValueError`` (one line, naming the presets) for an
+    unknown name, an unreadable file, or a file without a ``velobins_rotor_bridge`` section.
+    """
+    text = value.strip()
+    if not text:
+        return None
+    names = rotor_bridge_presets(presets_dir)
+    path = Path(text).expanduser()
+    if path.is_file():
+        _check_bridge_file(path, text, presets_dir)
+        return str(path.resolve())
+    if text in names:
+        return str(Path(presets_dir) / f"{text}.yaml")
+    raise ValueError(
+        f"rotor_bridge:={text}: no such preset or file (presets: {', '.join(names) or 'none installed'}; "
+        "or the path of your own preset .yaml)"
+    )
+
+
+def _check_bridge_file(path: Path, text: str, presets_dir: str | Path) -> None:
+    """Raise ``ValueError`` unless ``path`` is YAML with ``ros__parameters`` for the bridge node."""
+    import yaml
+
+    try:
+        content = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        reason = " ".join(str(exc).split())
+        raise ValueError(f"rotor_bridge:={text}: cannot read it as YAML ({reason})") from exc
+    sections = content if isinstance(content, dict) else {}
+    for key, section in sections.items():
+        node = str(key).strip("/").rpartition("/")[2]
+        if node in (BRIDGE, "*", "**") and isinstance(section, dict) and "ros__parameters" in section:
+            return
+    raise ValueError(
+        f"rotor_bridge:={text}: no '/**/{BRIDGE}: ros__parameters:' section "
+        f"(start from a preset of {presets_dir}: {', '.join(rotor_bridge_presets(presets_dir))})"
+    )

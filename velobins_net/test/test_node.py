@@ -1,4 +1,5 @@
-"""The network node refuses a missing or unreadable checkpoint with one clear line and exit status 1."""
+"""The network node refuses a missing or unreadable checkpoint with one clear line and exit status 2
+(``velobins_ros.CANNOT_START``: a user error, which the launch files never respawn)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ def test_bad_checkpoint_fails_cleanly(tmp_path: Path, ros_domain: int, kind: str
     cmd = [str(executable("velobins_net", "velobins_net_node")), "--ros-args", "-p", f"model_path:={model!r}"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     out = proc.stdout + proc.stderr
-    assert proc.returncode == 1, out
+    assert proc.returncode == 2, out
     assert "cannot start" in out
     assert "Traceback" not in out
     assert ("model_path" in out) if kind == "unset" else (str(path) in out)

@@ -213,6 +213,11 @@ class DropCounter:
         )
 
 
+CANNOT_START = 2
+"""Exit status of a node that cannot start (bad checkpoint, invalid parameter): a user error, as
+everywhere in VeloBins, and distinct from a crash (1) or a signal, so the launch files never
+respawn a node that would only fail again (velobins_bringup.supervision)."""
+
 _STOP = threading.Event()
 
 
@@ -247,7 +252,7 @@ def run_node(
     """``main`` of a spinning node: init, build, spin until Ctrl-C / shutdown, log drops, clean up.
 
     A node that cannot start (bad checkpoint, invalid parameter) logs one fatal line with the reason
-    and exits with status 1 instead of a traceback.
+    and exits with status :data:`CANNOT_START` (2) instead of a traceback.
 
     rclpy's own signal handler is off: it shuts the context down on SIGINT before the node can log
     its drop summary, which then fails with "Failed to publish log message to rosout". Here SIGINT
@@ -270,7 +275,7 @@ def run_node(
     except Exception as exc:
         if node is None:
             rclpy.logging.get_logger(name).fatal(f"cannot start: {exc}")
-            raise SystemExit(1) from exc
+            raise SystemExit(CANNOT_START) from exc
         raise
     finally:
         if node is not None:
