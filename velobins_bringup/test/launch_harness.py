@@ -75,6 +75,8 @@ class LaunchRun:
             cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
         )
         self.lines: list[str] = []
+        self.arrivals: list[float] = []
+        """Monotonic time each line arrived here (the launch's and the nodes' own clocks are not used)."""
         self._changed = threading.Condition()
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -83,6 +85,7 @@ class LaunchRun:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
             with self._changed:
+                self.arrivals.append(time.monotonic())
                 self.lines.append(line.rstrip("\n"))
                 self._changed.notify_all()
         with self._changed:
@@ -133,13 +136,18 @@ class LaunchRun:
         return code
 
     def interrupt(self) -> None:
-        """Ctrl-C: SIGINT to the launch process only (it stops its nodes itself)."""
+        """Ctrl-C: SIGINT to the launch and its nodes, as a terminal sends it to its foreground process group.
+
+        Launch relies on that: on SIGINT it does not signal the nodes itself, and escalates to SIGTERM
+        (with an ERROR line) when they are still running 5 s later.
+        """
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
+            os.killpg(self.proc.pid, signal.SIGINT)
 
     def close(self) -> None:
         """End the launch and everything it started, whatever state the test left it in."""
-        self.interrupt()
+        if self.proc.poll() is None:
+            self.interrupt()
         try:
             self.proc.wait(timeout=60.0)
         except subprocess.TimeoutExpired:

@@ -16,7 +16,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import NamedTuple
 
-from .checkpoint import CheckpointError, read_checkpoint, save_checkpoint
+# checkpoint.py imports torch: only the functions that read or write a checkpoint import it, so
+# resolving a name stays cheap where torch is not otherwise needed (the launch files resolve model:=).
 
 MODELS_DIR = Path(__file__).resolve().parent / "models"
 """Folder of the shipped models (installed with the package as package data)."""
@@ -42,15 +43,18 @@ def resolve_model(name_or_path: str | Path, models_dir: Path = MODELS_DIR) -> Re
     line) for an empty value, or for one that is neither an existing path nor a shipped name.
     """
     text = str(name_or_path).strip()
+    if text:
+        path = Path(text).expanduser()
+        if path.exists():
+            return ResolvedModel(path, None)
+        checkpoint = models_dir / f"{text}.pt"
+        if "/" not in text and checkpoint.is_file():
+            overlay = models_dir / f"{text}.yaml"
+            return ResolvedModel(checkpoint, overlay if overlay.is_file() else None)
+    from .checkpoint import CheckpointError  # here, not at the top: see the imports
+
     if not text:
         raise CheckpointError("<model>", f"no model given: a checkpoint path or a shipped name ({_names(models_dir)})")
-    path = Path(text).expanduser()
-    if path.exists():
-        return ResolvedModel(path, None)
-    checkpoint = models_dir / f"{text}.pt"
-    if "/" not in text and checkpoint.is_file():
-        overlay = models_dir / f"{text}.yaml"
-        return ResolvedModel(checkpoint, overlay if overlay.is_file() else None)
     raise CheckpointError(
         text, f"no such checkpoint file, and no shipped model of that name (shipped: {_names(models_dir)})"
     )
@@ -73,6 +77,8 @@ def slim_checkpoint(source: str | Path, target: str | Path, **extra: object) -> 
     with :func:`velobins_net.inference.load_checkpoint` (``weights_only``) like the original; the
     weights are bit-identical. ``extra`` records how the model was made (e.g. ``shipped_as``).
     """
+    from .checkpoint import read_checkpoint, save_checkpoint
+
     ckpt = read_checkpoint(source)
     payload = {k: v for k, v in ckpt.items() if k not in TRAINING_ONLY_KEYS and k != "format_version"} | extra
     return save_checkpoint(target, payload)
