@@ -167,7 +167,7 @@ class Vehicle:
 
     Args:
         domain_id: ROS domain of the launch under test.
-        flight: a :class:`velobins_eval.sequence.Flight` (e.g. from the simulator).
+        flight: a :class:`velobins_data.flight.Flight` (e.g. from the simulator).
         namespace: the launch's namespace (topics are relative there).
         imu_frame: ``header.frame_id`` of the IMU messages (mavros: ``base_link`` on every vehicle).
     """
@@ -181,7 +181,7 @@ class Vehicle:
         from rclpy.signals import SignalHandlerOptions
         from sensor_msgs.msg import Imu
 
-        from velobins_eval.bag import rotor_kind_code
+        from velobins_data.bag import rotor_kind_code
         from velobins_msgs.msg import RotorSpeeds
 
         self.flight, self.imu_frame = flight, imu_frame

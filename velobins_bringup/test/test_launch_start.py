@@ -44,7 +44,7 @@ class Start:
 def start(tmp_path_factory: pytest.TempPathFactory) -> Start:
     import random
 
-    from velobins_eval.sim import simulate_flight
+    from velobins_data.sim import simulate_flight
 
     # A module fixture cannot use the function-scoped ros_domain; the same isolation, by hand.
     mp = pytest.MonkeyPatch()

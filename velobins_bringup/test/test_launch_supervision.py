@@ -137,8 +137,8 @@ def test_a_bad_rotor_bridge_starts_nothing(launches, tmp_path: Path, value: str,
 @pytest.fixture(scope="module")
 def replay_bag(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A 6 s simulated Crazyflie-like flight (PWM rotors, what the crazyflie model takes) as a bag."""
-    from velobins_eval.bag import write_bag
-    from velobins_eval.sim import simulate_flight
+    from velobins_data.bag import write_bag
+    from velobins_data.sim import simulate_flight
 
     bag = tmp_path_factory.mktemp("replay") / "bag"
     write_bag(simulate_flight("nano", "helix", 6.0, 5), bag)
