@@ -113,6 +113,22 @@ def test_a_node_that_cannot_start_stops_the_launch(launches, tmp_path: Path, res
     assert_all_gone(run)
 
 
+def test_a_preset_whose_message_package_is_missing_stops_the_launch(launches) -> None:
+    """rotor_bridge:=mavros_esc_status without mavros_msgs installed: the bridge cannot start, and the
+    network and EKF do not run on without a rotor stream."""
+    import importlib.util
+
+    if importlib.util.find_spec("mavros_msgs") is not None:
+        pytest.skip("mavros_msgs is installed here: the preset's bridge would start")
+    run = launches("drone.launch.py", {"model": "crazyflie", "rotor_bridge": "mavros_esc_status"})
+
+    assert run.wait(LAUNCH_TIMEOUT) != 0, run.output
+    assert "[velobins_rotor_bridge]: cannot start: message package 'mavros_msgs'" in run.output
+    assert "velobins_rotor_bridge cannot start (exit status 2" in run.output
+    assert len(run.pids("velobins_net_node")) == 1 and len(run.pids("velobins_ekf_node")) == 1, run.output
+    assert_all_gone(run)
+
+
 @pytest.mark.parametrize(
     ("value", "message"),
     [
