@@ -34,6 +34,7 @@ import numpy as np
 
 from velobins_common.fields import param_spec
 from velobins_common.progress import progress_bar
+from velobins_common.stats import gaussian_nll_full
 from velobins_data.flight import Flight
 
 from .scoring import GroundTruth, aggregate, score
@@ -85,7 +86,9 @@ def synthetic_measurements(
 
 
 def innovation_nll(updates: Sequence) -> tuple[float, int]:
-    """(Σ ½(νᵀS⁻¹ν + log det S + d log 2π), count) over the accepted updates (``UpdateResult`` records)."""
+    """(Σ ½(νᵀS⁻¹ν + log det S + d log 2π), count) over the accepted updates (``UpdateResult`` records).
+
+    Each term is :func:`velobins_common.stats.gaussian_nll_full` of the innovation (its NIS is νᵀS⁻¹ν)."""
     total = 0.0
     count = 0
     for u in updates:
@@ -94,7 +97,7 @@ def innovation_nll(updates: Sequence) -> tuple[float, int]:
         sign, logdet = np.linalg.slogdet(u.innovation_cov)
         if sign <= 0:
             return math.inf, count + 1
-        total += 0.5 * (u.nis + logdet + u.innovation.size * math.log(2.0 * math.pi))
+        total += gaussian_nll_full(u.nis, logdet, u.innovation.size)
         count += 1
     return total, count
 

@@ -23,28 +23,23 @@ from typing import Literal
 
 import numpy as np
 from scipy.spatial.transform import Rotation, Slerp
-from scipy.stats import chi2
 
 from velobins_common.interp import interp_columns
 
+# The NLL, NEES and χ² bounds are defined once, in velobins_common.stats; they are part of this
+# module's API (metrics.gaussian_nll, metrics.nees, metrics.NEES_BOUNDS, ...) as before.
+from velobins_common.stats import (  # noqa: F401
+    NEES_BOUNDS,
+    NEES_CONFIDENCE,
+    NEES_DOF,
+    NEES_IDEAL_MEDIAN,
+    chi2_bounds,
+    gaussian_nll,
+    nees,
+)
+
 RTE_DELTA = 5.0
 """Default RTE horizon Δt [s] (paper §IV-A)."""
-NEES_CONFIDENCE = 0.95
-"""Two-sided confidence of the NEES bounds."""
-NEES_DOF = 3
-"""Degrees of freedom of the velocity NEES."""
-
-
-def chi2_bounds(dof: int = NEES_DOF, confidence: float = NEES_CONFIDENCE) -> tuple[float, float]:
-    """Two-sided ``confidence`` interval of a χ²(dof) variable: (3, 0.95) → (0.216, 9.348)."""
-    tail = 0.5 * (1.0 - confidence)
-    return float(chi2.ppf(tail, dof)), float(chi2.ppf(1.0 - tail, dof))
-
-
-NEES_BOUNDS = chi2_bounds()
-"""(lower, upper) 95 % bounds of a consistent 3-dof NEES: (0.216, 9.348)."""
-NEES_IDEAL_MEDIAN = float(chi2.median(NEES_DOF))
-"""Median of χ²₃, 2.366: the median NEES of a perfectly calibrated filter."""
 
 
 def _as(name: str, a: np.ndarray, shape_tail: tuple[int, ...]) -> np.ndarray:
@@ -132,32 +127,6 @@ def ate_aligned(p_est: np.ndarray, p_gt: np.ndarray, mode: Literal["yaw", "se3"]
 
 
 # ---------------------------------------------------------------------------------- uncertainty
-def gaussian_nll(v_est: np.ndarray, var_est: np.ndarray, v_gt: np.ndarray) -> float:
-    """Mean per-axis Gaussian NLL [nats]: ``mean_{n,i} ½ log(2π σ²_{n,i}) + ½ e²_{n,i} / σ²_{n,i}``.
-
-    ``var_est`` is (N, 3) variances or (N, 3, 3) covariances (their diagonal is used).
-    """
-    v_est, v_gt = _as("v_est", v_est, (3,)), _as("v_gt", v_gt, (3,))
-    var = np.asarray(var_est, dtype=np.float64)
-    if var.ndim == 3:
-        var = np.diagonal(var, axis1=1, axis2=2)
-    var = _as("var_est", var, (3,))
-    _same_length(v_est=v_est, var_est=var, v_gt=v_gt)
-    if np.any(var <= 0) or not np.all(np.isfinite(var)):
-        raise ValueError("metrics.gaussian_nll: 'var_est' must be finite and > 0")
-    e2 = (v_est - v_gt) ** 2
-    return float(np.mean(0.5 * np.log(2.0 * math.pi * var) + 0.5 * e2 / var))
-
-
-def nees(err: np.ndarray, cov: np.ndarray) -> np.ndarray:
-    """Per-sample NEES ``eᵀ Σ⁻¹ e`` of (N, d) errors with (N, d, d) covariances."""
-    e = np.asarray(err, dtype=np.float64)
-    c = np.asarray(cov, dtype=np.float64)
-    if e.ndim != 2 or c.shape != (e.shape[0], e.shape[1], e.shape[1]):
-        raise ValueError(f"metrics.nees: need err (N, d) and cov (N, d, d), got {e.shape} and {c.shape}")
-    return np.einsum("ni,ni->n", e, np.linalg.solve(c, e[..., None])[..., 0])
-
-
 @dataclass(frozen=True)
 class NeesSummary:
     """Consistency of a NEES series (3 dof unless stated)."""
@@ -178,7 +147,7 @@ def nees_summary(values: np.ndarray, dof: int = NEES_DOF) -> NeesSummary:
     x = np.asarray(values, dtype=np.float64).reshape(-1)
     if x.size == 0 or not np.all(np.isfinite(x)):
         raise ValueError("metrics.nees_summary: need a non-empty, finite NEES series")
-    lo, hi = chi2_bounds(dof)
+    lo, hi = chi2_bounds(dof, NEES_CONFIDENCE)
     inside = float(np.mean((x >= lo) & (x <= hi)))
     return NeesSummary(float(np.median(x)), inside, float(x.mean()), int(x.size), lo, hi)
 

@@ -25,14 +25,14 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
+from velobins_common.stats import HALF_LOG_2PI
+
 from .bins import BinGrid
 from .config import HUBER_DELTA, LAMBDA_HUBER, LAMBDA_KL, MIN_LOG_STD
 from .decoders import LEGACY_M_CHECKPOINT, laplace_scale
 from .labels import error_conditioned_labels
 from .model import NetOutput
 from .variants import Variant
-
-_HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 
 RTMO_LIKELIHOOD_FLOOR = 1e-4
 """ε of RTMO's ``MLECCLoss`` (mode 'log'): −log(prob + 1e-4), which caps an outlier's loss."""
@@ -78,11 +78,11 @@ def rtmo_mle_loss(
 def gaussian_nll_sum_over_axes(v_hat: torch.Tensor, log_sigma: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """Gaussian NLL with σ = exp(log σ), summed over the three axes, mean over the batch (regression baseline).
 
-    The training loss (eq:total_loss sums per-axis terms); ``velobins_eval.metrics.gaussian_nll``
+    The training loss (eq:total_loss sums per-axis terms); ``velobins_common.stats.gaussian_nll``
     is the evaluation metric, averaged over axes.
     """
     log_sigma = log_sigma.clamp_min(MIN_LOG_STD)  # AI-IO's (and TLIO's) floor: no gradient below σ = 1 mm/s
-    return (_HALF_LOG_2PI + log_sigma + 0.5 * (v - v_hat).square() * torch.exp(-2.0 * log_sigma)).sum(-1).mean()
+    return (HALF_LOG_2PI + log_sigma + 0.5 * (v - v_hat).square() * torch.exp(-2.0 * log_sigma)).sum(-1).mean()
 
 
 LabelFn = Callable[[torch.Tensor, torch.Tensor, BinGrid], torch.Tensor]

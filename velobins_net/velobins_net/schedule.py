@@ -19,12 +19,11 @@ from typing import Any
 
 import torch
 
+from velobins_common.stats import NEES_CONFIDENCE, chi2_bounds
+
 LR_SCHEDULES = ("constant", "cosine")
 """``constant``: the paper's fixed LR (after the optional warm-up); ``cosine``: half-cosine decay to
 ``min_lr_ratio`` × LR over the rest of the planned steps."""
-
-NEES_NOMINAL_SHARE = 0.95
-"""Share of a consistent 3-dof NEES inside its two-sided 95 % χ² bounds."""
 
 RECIPES: dict[str, dict[str, Any]] = {
     "paper": {
@@ -98,12 +97,10 @@ def epoch_window_indices(n: int, stride: int, epoch: int, rotate: bool) -> torch
     return torch.arange(epoch % stride, n, stride)
 
 
-def nees_bounds(dof: int = 3, confidence: float = NEES_NOMINAL_SHARE) -> tuple[float, float]:
-    """Two-sided ``confidence`` interval of a χ²(dof) variable: (3, 0.95) → (0.216, 9.348)."""
-    from scipy.stats import chi2
-
-    tail = 0.5 * (1.0 - confidence)
-    return float(chi2.ppf(tail, dof)), float(chi2.ppf(1.0 - tail, dof))
+def nees_bounds(dof: int = 3, confidence: float = NEES_CONFIDENCE) -> tuple[float, float]:
+    """The network NEES bounds of checkpoint selection, (3, 0.95) → (0.216, 9.348) (the χ² bounds of
+    :func:`velobins_common.stats.chi2_bounds`, the one definition)."""
+    return chi2_bounds(dof, confidence)
 
 
 def selection_score(nll: float, nees_share: float) -> float:
@@ -116,7 +113,7 @@ def selection_score(nll: float, nees_share: float) -> float:
     share measured on the network alone, so it needs no EKF pass per epoch.
     """
     share = max(nees_share, 1e-6)
-    return nll + max(0.0, math.log(NEES_NOMINAL_SHARE / share))
+    return nll + max(0.0, math.log(NEES_CONFIDENCE / share))
 
 
 @dataclass

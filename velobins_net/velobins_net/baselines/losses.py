@@ -17,9 +17,9 @@ log 1e-3 floor).
 
 from __future__ import annotations
 
-import math
-
 import torch
+
+from velobins_common.stats import HALF_LOG_2PI
 
 from ..config import BASELINE_METHODS
 from ..losses import gaussian_nll_sum_over_axes, huber_loss
@@ -37,8 +37,6 @@ AIRIO_HUBER_DELTA = 0.005
 AIRIO_COV_WEIGHT = 1e-4
 """AirIO's weight of the covariance term (``train.cov_weight``)."""
 
-_HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
-
 
 def mse_sum_over_axes(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """Squared error summed over axes, mean over the batch; pred, target (B, 3)."""
@@ -51,7 +49,7 @@ def full_covariance_nll(pred: torch.Tensor, cov: torch.Tensor, target: torch.Ten
     e = (target - pred).unsqueeze(-1)
     z = torch.linalg.solve_triangular(chol, e, upper=False)
     log_det = 2.0 * torch.log(torch.diagonal(chol, dim1=-2, dim2=-1)).sum(-1)
-    return (0.5 * z.square().sum((-2, -1)) + 0.5 * log_det + 3.0 * _HALF_LOG_2PI).mean()
+    return (0.5 * z.square().sum((-2, -1)) + 0.5 * log_det + 3.0 * HALF_LOG_2PI).mean()
 
 
 def airio_loss(pred: torch.Tensor, log_sigma: torch.Tensor, target: torch.Tensor) -> torch.Tensor:

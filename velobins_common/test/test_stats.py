@@ -1,0 +1,85 @@
+"""velobins_common.stats: χ² bounds against scipy and tables, the Gaussian NLL and NEES on hand cases."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy.stats import chi2, multivariate_normal, norm
+
+from velobins_common.stats import (
+    HALF_LOG_2PI,
+    NEES_BOUNDS,
+    NEES_IDEAL_MEDIAN,
+    chi2_bounds,
+    chi2_cdf,
+    chi2_quantile,
+    gaussian_nll,
+    gaussian_nll_full,
+    nees,
+)
+
+
+def test_chi2_quantiles_match_scipy_and_tables() -> None:
+    for dof in (1, 2, 3, 6, 300):
+        for p in (0.001, 0.025, 0.5, 0.975, 0.999):
+            assert chi2_quantile(p, dof) == pytest.approx(chi2.ppf(p, dof), rel=1e-11)
+    assert chi2_quantile(0.95, 1) == pytest.approx(1.959964**2, rel=1e-6)  # the 1-dof 95 % point is 1.96²
+    assert chi2_cdf(3.0, 3) == pytest.approx(math.erf(math.sqrt(1.5)) - math.sqrt(6 / math.pi) * math.exp(-1.5))
+    assert chi2_cdf(-1.0, 3) == 0.0
+    with pytest.raises(ValueError, match="p must be in"):
+        chi2_quantile(1.0, 3)
+
+
+def test_nees_bounds_and_median_are_the_design_numbers() -> None:
+    lo, hi = NEES_BOUNDS
+    assert round(lo, 3) == 0.216 and round(hi, 3) == 9.348
+    assert round(NEES_IDEAL_MEDIAN, 3) == 2.366
+    assert chi2_bounds(3, 0.95) == NEES_BOUNDS
+    lo99, hi99 = chi2_bounds(3, 0.99)
+    assert lo99 < lo and hi99 > hi  # a wider confidence widens both ends
+    with pytest.raises(ValueError, match="confidence"):
+        chi2_bounds(3, 1.5)
+
+
+def test_gaussian_nll_is_the_per_axis_log_density() -> None:
+    rng = np.random.default_rng(3)
+    est, gt = rng.normal(size=(50, 3)), rng.normal(size=(50, 3))
+    var = rng.uniform(0.1, 2.0, size=(50, 3))
+    expected = -np.mean(norm.logpdf(gt, loc=est, scale=np.sqrt(var)))
+    assert gaussian_nll(est, var, gt) == pytest.approx(expected, rel=1e-12)
+    cov = np.zeros((50, 3, 3))
+    cov[:, range(3), range(3)] = var
+    cov[:, 0, 1] = cov[:, 1, 0] = 0.01  # off-diagonal terms are ignored: the axes are scored independently
+    assert gaussian_nll(est, cov, gt) == pytest.approx(expected, rel=1e-12)
+    assert HALF_LOG_2PI == pytest.approx(-norm.logpdf(0.0))
+    with pytest.raises(ValueError, match="var_est"):
+        gaussian_nll(est, np.zeros_like(var), gt)
+    with pytest.raises(ValueError, match="must match"):
+        gaussian_nll(est, var[:, :2], gt)
+
+
+def test_gaussian_nll_full_is_the_multivariate_log_density() -> None:
+    rng = np.random.default_rng(4)
+    a = rng.normal(size=(3, 3))
+    cov = a @ a.T + 0.5 * np.eye(3)
+    e = rng.normal(size=3)
+    _, logdet = np.linalg.slogdet(cov)
+    value = gaussian_nll_full(float(e @ np.linalg.solve(cov, e)), logdet, 3)
+    assert value == pytest.approx(-multivariate_normal(np.zeros(3), cov).logpdf(e), rel=1e-12)
+
+
+def test_nees_hand_case_and_calibrated_samples() -> None:
+    assert nees(np.array([[1.0, 2.0, 0.0]]), np.diag([1.0, 4.0, 9.0])[None])[0] == pytest.approx(2.0)
+    rng = np.random.default_rng(2)
+    n = 20_000
+    a = rng.normal(size=(n, 3, 3))
+    cov = a @ a.transpose(0, 2, 1) + 0.1 * np.eye(3)
+    err = np.einsum("nij,nj->ni", np.linalg.cholesky(cov), rng.normal(size=(n, 3)))
+    values = nees(err, cov)
+    lo, hi = NEES_BOUNDS
+    assert np.mean((values >= lo) & (values <= hi)) == pytest.approx(0.95, abs=0.01)
+    assert np.median(values) == pytest.approx(NEES_IDEAL_MEDIAN, abs=0.08)
+    with pytest.raises(ValueError, match="need err"):
+        nees(err, cov[:, :2, :2])

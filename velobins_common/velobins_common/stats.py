@@ -1,0 +1,117 @@
+"""Statistics of the paper's consistency and uncertainty figures: one definition each for every package.
+
+* **χ² distribution** (:func:`chi2_cdf`, :func:`chi2_quantile`, :func:`chi2_bounds`): the reference
+  of NEES and NIS. A consistent filter's 3-dof velocity NEES falls inside the two-sided 95 % bounds
+  [0.216, 9.348] about 95 % of the time and has median 2.366 (docs/design.md "Metrics"). The
+  evaluation (``velobins_eval.metrics``), the checkpoint selection (``velobins_net.schedule``) and the
+  nodes' NIS monitor (``velobins_common.health``) read these bounds from here. Computed with math
+  only (a series for the regularised incomplete gamma and a bisection; relative error below 1e-12
+  against scipy), so the vehicle nodes need no scipy.stats.
+* **Gaussian NLL** (:func:`gaussian_nll`, per axis, the paper's NLL metric §IV-A;
+  :func:`gaussian_nll_full`, with a full covariance) and its normaliser :data:`HALF_LOG_2PI`, which the
+  torch training losses (``velobins_net.losses``, ``velobins_net.baselines.losses``) also take from here.
+* **NEES** (:func:`nees`): ``eᵀ Σ⁻¹ e`` per sample.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
+"""½ log(2π) ≈ 0.919: the normaliser of one axis of a Gaussian log-density."""
+
+
+# ----------------------------------------------------------------------------- χ² distribution
+def chi2_cdf(x: float, dof: int) -> float:
+    """P(X ≤ x) for X ~ χ²(dof): the regularised lower incomplete gamma P(dof/2, x/2), by its series."""
+    if x <= 0:
+        return 0.0
+    a, h = 0.5 * dof, 0.5 * x
+    term = total = 1.0 / a
+    n = 0
+    while term > 1e-16 * total and n < 10_000:
+        n += 1
+        term *= h / (a + n)
+        total += term
+    return min(1.0, math.exp(a * math.log(h) - h - math.lgamma(a)) * total)
+
+
+def chi2_quantile(p: float, dof: int) -> float:
+    """x with P(X ≤ x) = p for X ~ χ²(dof) (bisection on :func:`chi2_cdf`; 0 < p < 1)."""
+    if not 0.0 < p < 1.0:
+        raise ValueError(f"chi2_quantile: p must be in (0, 1), got {p!r}")
+    lo, hi = 0.0, max(1.0, dof)
+    while chi2_cdf(hi, dof) < p:
+        hi *= 2.0
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if chi2_cdf(mid, dof) < p:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo <= 1e-12 * hi:
+            break
+    return 0.5 * (lo + hi)
+
+
+def chi2_bounds(dof: int, confidence: float) -> tuple[float, float]:
+    """Two-sided ``confidence`` interval of a χ²(dof) variable: (3, 0.95) → (0.216, 9.348)."""
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"chi2_bounds: confidence must be in (0, 1), got {confidence!r}")
+    tail = 0.5 * (1.0 - confidence)
+    return chi2_quantile(tail, dof), chi2_quantile(1.0 - tail, dof)
+
+
+NEES_DOF = 3
+"""Degrees of freedom of the velocity NEES (and of the velocity update's NIS)."""
+NEES_CONFIDENCE = 0.95
+"""Two-sided confidence of the consistency bounds: a consistent filter has this share inside them."""
+NEES_BOUNDS = chi2_bounds(NEES_DOF, NEES_CONFIDENCE)
+"""(lower, upper) 95 % bounds of a consistent 3-dof NEES: (0.216, 9.348)."""
+NEES_IDEAL_MEDIAN = chi2_quantile(0.5, NEES_DOF)
+"""Median of χ²₃, 2.366: the median NEES of a perfectly calibrated filter."""
+
+
+# ----------------------------------------------------------------------------- Gaussian NLL, NEES
+def _rows(name: str, a: np.ndarray) -> np.ndarray:
+    arr = np.asarray(a, dtype=np.float64)
+    if arr.ndim != 2 or arr.shape[0] == 0:
+        raise ValueError(f"'{name}' must have shape (N, d) with N > 0, got {arr.shape}")
+    return arr
+
+
+def gaussian_nll(v_est: np.ndarray, var_est: np.ndarray, v_gt: np.ndarray) -> float:
+    """Mean per-axis Gaussian NLL [nats]: ``mean_{n,i} ½ log(2π σ²_{n,i}) + ½ e²_{n,i} / σ²_{n,i}``, e = v_est − v_gt.
+
+    ``v_est`` and ``v_gt`` are (N, d); ``var_est`` is (N, d) variances or (N, d, d) covariances
+    (their diagonal is used: the paper's NLL treats the axes independently).
+
+    Raises:
+        ValueError: naming the argument, on a shape mismatch or a variance that is not finite and > 0.
+    """
+    est, gt = _rows("v_est", v_est), _rows("v_gt", v_gt)
+    var = np.asarray(var_est, dtype=np.float64)
+    if var.ndim == 3:
+        var = np.diagonal(var, axis1=1, axis2=2)
+    if est.shape != gt.shape or var.shape != est.shape:
+        raise ValueError(f"gaussian_nll: 'v_est' {est.shape}, 'var_est' {var.shape} and 'v_gt' {gt.shape} must match")
+    if np.any(var <= 0) or not np.all(np.isfinite(var)):
+        raise ValueError("gaussian_nll: 'var_est' must be finite and > 0")
+    e2 = (est - gt) ** 2
+    return float(np.mean(HALF_LOG_2PI + 0.5 * np.log(var) + 0.5 * e2 / var))
+
+
+def gaussian_nll_full(mahalanobis_sq: float, log_det: float, dim: int) -> float:
+    """NLL [nats] of one d-dimensional Gaussian sample: ``½ (eᵀ Σ⁻¹ e + log det Σ) + d · ½ log 2π``."""
+    return 0.5 * (mahalanobis_sq + log_det) + dim * HALF_LOG_2PI
+
+
+def nees(err: np.ndarray, cov: np.ndarray) -> np.ndarray:
+    """Per-sample NEES ``eᵀ Σ⁻¹ e`` of (N, d) errors with (N, d, d) covariances."""
+    e = np.asarray(err, dtype=np.float64)
+    c = np.asarray(cov, dtype=np.float64)
+    if e.ndim != 2 or c.shape != (e.shape[0], e.shape[1], e.shape[1]):
+        raise ValueError(f"nees: need err (N, d) and cov (N, d, d), got {e.shape} and {c.shape}")
+    return np.einsum("ni,ni->n", e, np.linalg.solve(c, e[..., None])[..., 0])
