@@ -28,6 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
+from velobins_common.constants import STANDARD_GRAVITY
+
 ROOT = Path(__file__).resolve().parents[1]
 IMU_RATE = 1000.0
 VELOCITY_RATE = 20.0
@@ -110,7 +112,7 @@ class Feeder:
                 t = time.time()
                 noise = self._rng.normal(0.0, 0.02, 6)
                 a, w = imu.linear_acceleration, imu.angular_velocity
-                a.x, a.y, a.z = float(noise[0]), float(noise[1]), 9.80665 + float(noise[2])
+                a.x, a.y, a.z = float(noise[0]), float(noise[1]), STANDARD_GRAVITY + float(noise[2])
                 w.x, w.y, w.z = (float(x) * 0.1 for x in noise[3:])
                 self._stamp(imu, t)
                 self.imu_pub.publish(imu)

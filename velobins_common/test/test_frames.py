@@ -14,6 +14,7 @@ from velobins_common.frames import (
     StaticTransformTree,
     describe_rotation,
     is_identity,
+    is_unit_quaternion,
     matrix_to_quaternion,
     normalize_frame,
     parse_rotation,
@@ -36,6 +37,29 @@ def test_quaternion_and_matrix_agree_with_scipy(seed: int) -> None:
     back = matrix_to_quaternion(rot.as_matrix())
     assert back[3] >= 0
     np.testing.assert_allclose(quaternion_to_matrix(back), rot.as_matrix(), atol=1e-12)
+    np.testing.assert_allclose(back, q if q[3] >= 0 else -q, atol=1e-12)
+
+
+@pytest.mark.parametrize("r", [np.diag([1.0, -1.0, -1.0]), np.diag([-1.0, 1.0, -1.0]), np.diag([-1.0, -1.0, 1.0])])
+def test_matrix_to_quaternion_every_branch_of_shepperd(r: np.ndarray) -> None:
+    # trace −1: the 180° rotations about x, y, z take the three diagonal branches
+    q = matrix_to_quaternion(r)
+    np.testing.assert_allclose(quaternion_to_matrix(q), r, atol=1e-12)
+    assert abs(float(np.linalg.norm(q)) - 1.0) < 1e-12
+
+
+def test_quaternion_to_matrix_refuses_what_is_no_rotation() -> None:
+    for bad in ([0.0, 0.0, 0.0, 0.0], [math.nan, 0.0, 0.0, 1.0], [0.0, 0.0, 1.0]):
+        with pytest.raises(ValueError, match="finite non-zero 4-vector"):
+            quaternion_to_matrix(bad)
+    np.testing.assert_allclose(quaternion_to_matrix([0.0, 0.0, 0.0, 2.0]), np.eye(3))  # normalised first
+
+
+def test_is_unit_quaternion_within_the_shared_tolerance() -> None:
+    assert is_unit_quaternion([0.0, 0.0, 0.7071, 0.7071])  # typed with 4 decimals: norm 0.99999
+    assert not is_unit_quaternion([0.0, 0.0, 0.0, 1.01])
+    assert not is_unit_quaternion([math.inf, 0.0, 0.0, 1.0])
+    assert not is_unit_quaternion([0.0, 0.0, 1.0])
 
 
 def test_matrix_is_row_major_and_rotates_imu_into_body() -> None:

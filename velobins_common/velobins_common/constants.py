@@ -19,3 +19,9 @@ normalised to [0, 1]."""
 
 RPM_TO_RAD_PER_S = 2.0 * math.pi / 60.0
 """Revolutions per minute → rad/s."""
+
+UNIT_QUATERNION_TOLERANCE = 1e-3
+"""Allowed deviation of a quaternion's norm from 1 (and of ``RᵀR`` from the identity, per entry) where a
+rotation enters from outside: a flight's ground truth, an odometry message, a parameter. Loose enough
+for values typed with 4–6 decimals (``0.7071``) or stored as float32, tight enough to reject a vector
+that is not a rotation at all; accepted values are re-normalised exactly."""

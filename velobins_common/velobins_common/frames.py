@@ -10,6 +10,8 @@ its messages say so in ``header.frame_id``. This module is the ROS-free half of 
   ``body ← imu`` (``header.frame_id`` = body, ``child_frame_id`` = IMU). Invalid values (wrong
   count, not finite, not unit, not orthonormal, a reflection) raise ``ValueError`` saying which.
 * :data:`FRD_TO_FLU` is the common case: 180° about x.
+* :func:`quaternion_to_matrix` and :func:`matrix_to_quaternion` are the project's one definition of
+  the two conversions (the filter, ``velobins_ekf.so3``, uses them too).
 * :class:`StaticTransformTree` collects ``parent ← child`` static transforms (what ``/tf_static``
   carries) and composes the rotation between any two connected frames by walking the tree.
 
@@ -29,11 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-UNIT_TOLERANCE = 1e-3
-"""Allowed deviation of a quaternion's norm from 1, and of ``RᵀR`` from the identity (per entry).
-
-Loose enough for values typed with 4–6 decimals (``0.7071``), tight enough to reject a matrix
-that is not a rotation at all. Accepted values are re-normalised exactly."""
+from velobins_common.constants import UNIT_QUATERNION_TOLERANCE
 
 IDENTITY_QUATERNION: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 1.0)
 """No rotation, (x, y, z, w)."""
@@ -48,9 +46,19 @@ def normalize_frame(name: str) -> str:
     return name.strip().lstrip("/")
 
 
-def quaternion_to_matrix(q: Sequence[float]) -> np.ndarray:
-    """Rotation matrix of the unit quaternion ``q`` = (x, y, z, w) (normalised here)."""
-    x, y, z, w = np.asarray(q, dtype=np.float64) / np.linalg.norm(q)
+def quaternion_to_matrix(q: Sequence[float] | np.ndarray) -> np.ndarray:
+    """Rotation matrix of the quaternion ``q`` = (x, y, z, w), normalised here (body→world for a pose).
+
+    The one quaternion→matrix conversion of the project (the filter's ``so3.quat_to_matrix`` is this).
+
+    Raises:
+        ValueError: ``q`` is not a finite, non-zero 4-vector.
+    """
+    qa = np.asarray(q, dtype=np.float64)
+    n = float(np.linalg.norm(qa))
+    if qa.shape != (4,) or not math.isfinite(n) or n < 1e-9:
+        raise ValueError(f"quaternion {qa} is not a finite non-zero 4-vector (x, y, z, w)")
+    x, y, z, w = qa / n
     return np.array(
         [
             [1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w)],
@@ -60,8 +68,11 @@ def quaternion_to_matrix(q: Sequence[float]) -> np.ndarray:
     )
 
 
-def matrix_to_quaternion(r: np.ndarray) -> tuple[float, float, float, float]:
-    """Unit quaternion (x, y, z, w) of the rotation matrix ``r``, with ``w ≥ 0`` (Shepperd's method)."""
+def matrix_to_quaternion(r: np.ndarray) -> np.ndarray:
+    """Unit quaternion (x, y, z, w) of the rotation matrix ``r``, with ``w ≥ 0`` (Shepperd's method).
+
+    The one matrix→quaternion conversion of the project (the filter's ``so3.matrix_to_quat`` is this).
+    """
     m = np.asarray(r, dtype=np.float64)
     trace = m[0, 0] + m[1, 1] + m[2, 2]
     if trace > 0:
@@ -77,9 +88,14 @@ def matrix_to_quaternion(r: np.ndarray) -> tuple[float, float, float, float]:
         s = 2.0 * math.sqrt(1.0 + m[2, 2] - m[0, 0] - m[1, 1])
         q = ((m[0, 2] + m[2, 0]) / s, (m[1, 2] + m[2, 1]) / s, 0.25 * s, (m[1, 0] - m[0, 1]) / s)
     qa = np.asarray(q) / np.linalg.norm(q)
-    if qa[3] < 0:
-        qa = -qa
-    return (float(qa[0]), float(qa[1]), float(qa[2]), float(qa[3]))
+    return -qa if qa[3] < 0 else qa
+
+
+def is_unit_quaternion(q: Sequence[float] | np.ndarray, tol: float = UNIT_QUATERNION_TOLERANCE) -> bool:
+    """Whether ``q`` is a finite 4-vector whose norm is within ``tol`` of 1 (a rotation from outside: a
+    message, a file), before it is re-normalised and used."""
+    qa = np.asarray(q, dtype=np.float64)
+    return bool(qa.shape == (4,) and np.all(np.isfinite(qa)) and abs(float(np.linalg.norm(qa)) - 1.0) <= tol)
 
 
 def _unit_quaternion(values: Sequence[float], name: str, tol: float) -> np.ndarray:
@@ -93,7 +109,9 @@ def _unit_quaternion(values: Sequence[float], name: str, tol: float) -> np.ndarr
     return q / norm
 
 
-def parse_rotation(values: Iterable[float], name: str = "imu_to_body", tol: float = UNIT_TOLERANCE) -> np.ndarray:
+def parse_rotation(
+    values: Iterable[float], name: str = "imu_to_body", tol: float = UNIT_QUATERNION_TOLERANCE
+) -> np.ndarray:
     """The 3×3 rotation given by a parameter value: 4 numbers (quaternion x, y, z, w) or 9 (row-major matrix).
 
     The result rotates vectors from the sensor frame into the body frame. Values within ``tol`` of
@@ -185,7 +203,7 @@ class StaticTransformTree:
         child: str,
         quaternion: Sequence[float],
         translation: Sequence[float] = (0.0, 0.0, 0.0),
-        tol: float = UNIT_TOLERANCE,
+        tol: float = UNIT_QUATERNION_TOLERANCE,
     ) -> bool:
         """Add (or replace) the transform ``parent ← child``; returns whether the tree changed.
 

@@ -24,12 +24,11 @@ from typing import Any
 
 import numpy as np
 
-from velobins_common.constants import ROTOR_KINDS, STANDARD_GRAVITY
+from velobins_common.constants import ROTOR_KINDS, STANDARD_GRAVITY, UNIT_QUATERNION_TOLERANCE
 
-# ROTOR_KINDS (allowed values of Flight.rotor_kind) and STANDARD_GRAVITY (the gravity of a
-# flight whose dataset states none) come from velobins_common.constants, the one definition.
+# ROTOR_KINDS (allowed values of Flight.rotor_kind), STANDARD_GRAVITY (the gravity of a flight whose
+# dataset states none) and UNIT_QUATERNION_TOLERANCE come from velobins_common.constants, the one definition.
 
-_QUAT_NORM_TOL = 1e-3
 _MIN_RATE_HZ = 20.0
 _MAX_RATE_HZ = 5000.0
 
@@ -165,7 +164,7 @@ class Flight:
                 src, "t", f"median rate {rate:.1f} Hz outside [{_MIN_RATE_HZ}, {_MAX_RATE_HZ}] Hz (are stamps in s?)"
             )
         qn = np.linalg.norm(self.q, axis=1)
-        badq = np.abs(qn - 1.0) > _QUAT_NORM_TOL
+        badq = np.abs(qn - 1.0) > UNIT_QUATERNION_TOLERANCE
         if badq.any():
             row = int(np.argmax(badq))
             raise FlightError(src, "q", f"quaternion norm {qn[row]:.4f} is not 1", row)

@@ -9,10 +9,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields
 
+from velobins_common.constants import STANDARD_GRAVITY
 from velobins_common.fields import param, param_spec
-
-STANDARD_GRAVITY = 9.80665
-"""Standard gravity [m/s²]: the filter's default and the data layer's (``velobins_data.flight``)."""
 
 DISPLACEMENT_HISTORY_MARGIN = 0.5
 """Filter history [s] a displacement needs beyond its window (network latency): ``history_length``

@@ -14,6 +14,11 @@ import math
 
 import numpy as np
 
+# The quaternion <-> matrix conversions are defined once, in velobins_common.frames; the filter uses
+# them under these names (state.py, node.py).
+from velobins_common.frames import matrix_to_quaternion as matrix_to_quat  # noqa: F401
+from velobins_common.frames import quaternion_to_matrix as quat_to_matrix  # noqa: F401
+
 SMALL_ANGLE = 1e-4
 """Below this angle [rad] the Taylor series replace the closed forms (no 0/0)."""
 
@@ -87,30 +92,6 @@ def right_jacobian(phi: np.ndarray) -> np.ndarray:
     k = skew(phi)
     _, b, c = exp_coefficients(float(np.dot(phi, phi)))
     return np.eye(3) - b * k + c * (k @ k)
-
-
-def quat_to_matrix(q_xyzw: np.ndarray) -> np.ndarray:
-    """Body->world rotation matrix of a unit quaternion ``(x, y, z, w)`` (normalised first)."""
-    q = np.asarray(q_xyzw, dtype=np.float64)
-    n = float(np.linalg.norm(q))
-    if not np.isfinite(n) or n < 1e-9:
-        raise ValueError(f"quaternion {q} is not a finite non-zero 4-vector")
-    x, y, z, w = q / n
-    return np.array(
-        [
-            [1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w)],
-            [2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w)],
-            [2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)],
-        ]
-    )
-
-
-def matrix_to_quat(rot: np.ndarray) -> np.ndarray:
-    """Unit quaternion ``(x, y, z, w)`` with ``w ≥ 0`` of a rotation matrix."""
-    from scipy.spatial.transform import Rotation
-
-    q = Rotation.from_matrix(rot).as_quat()
-    return -q if q[3] < 0 else q
 
 
 def orthonormalise(rot: np.ndarray) -> np.ndarray:

@@ -48,6 +48,7 @@ from sensor_msgs.msg import Imu
 
 from velobins_common.constants import RPM_TO_RAD_PER_S
 from velobins_common.fields import param
+from velobins_common.frames import is_unit_quaternion
 from velobins_common.health import CountDelta, RateMeter, SilenceAlarm, Status, Stream, net_status
 from velobins_msgs.msg import Displacement, RotorSpeeds, VelocityEstimate
 from velobins_ros import (
@@ -293,7 +294,7 @@ class VeloBinsNetNode(Node):
         self.attitude_meter.tick(time.monotonic(), t)
         q = msg.pose.pose.orientation
         quat = np.array([q.x, q.y, q.z, q.w])
-        if not (np.all(np.isfinite(quat)) and abs(float(np.linalg.norm(quat)) - 1.0) < 1e-3):
+        if not is_unit_quaternion(quat):
             self.drops.drop("attitude_invalid", "non-finite or non-unit orientation in the filter's odometry")
             return
         self.predictor.push_attitude(t, quat)  # a stamp not after the newest (a repeat) is ignored
