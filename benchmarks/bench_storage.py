@@ -33,7 +33,7 @@ def _synthetic(n: int = 4000) -> Flight:
         acc=rng.normal(size=(n, 3)),
         gyro=rng.normal(size=(n, 3)),
         rotor=rng.uniform(size=(n, 4)),
-        rotor_kind="pwm",
+        rotor_kind="command",
         p=rng.normal(size=(n, 3)),
         q=q,
         v=rng.normal(size=(n, 3)),

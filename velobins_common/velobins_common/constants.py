@@ -2,7 +2,8 @@
 
 The data layer (:mod:`velobins_data.flight`), the filter (:mod:`velobins_ekf.config`), the
 network's input contract (:mod:`velobins_net.config`) and the ROS messages
-(``velobins_msgs/msg/RotorSpeeds.msg``) all read them from here.
+(``velobins_msgs/msg/RotorSpeeds.msg``) all read them from here. The statistics constants
+(½ log 2π, the χ² bounds) live beside their formulas in :mod:`velobins_common.stats`.
 """
 
 from __future__ import annotations
@@ -12,10 +13,32 @@ import math
 STANDARD_GRAVITY = 9.80665
 """Standard gravity [m/s²]: the default gravity magnitude of flights and of the filter."""
 
-ROTOR_KINDS = ("rpm", "pwm")
-"""Rotor signal kinds of a flight and a model: ``"rpm"`` holds rotor speed in rad/s (the name is
-kept from the design notes and every stored flight and checkpoint), ``"pwm"`` a command
-normalised to [0, 1]."""
+ROTOR_SPEED = "speed"
+"""Rotor kind: measured rotor speed [rad/s] (ESC telemetry; the network is fed its square, ∝ thrust)."""
+ROTOR_COMMAND = "command"
+"""Rotor kind: commanded signal (PWM / throttle) normalised to [0, 1] (fed to the network as is)."""
+ROTOR_KINDS = (ROTOR_SPEED, ROTOR_COMMAND)
+"""Rotor signal kinds of a flight and a model."""
+LEGACY_ROTOR_KINDS = {"rpm": ROTOR_SPEED, "pwm": ROTOR_COMMAND}
+"""The names before issue 22 (``"rpm"`` held rad/s, not rev/min; ``"pwm"`` a normalised command), read as
+aliases from flights (CSV, npz), bags and checkpoints written with them."""
+
+
+def canonical_rotor_kind(kind: str) -> str:
+    """``kind`` as one of :data:`ROTOR_KINDS` (an old name becomes its new one).
+
+    Raises:
+        ValueError: not a rotor kind; the message lists the kinds.
+    """
+    if kind in ROTOR_KINDS:
+        return kind
+    if kind in LEGACY_ROTOR_KINDS:
+        return LEGACY_ROTOR_KINDS[kind]
+    raise ValueError(
+        f"must be one of {ROTOR_KINDS} ('{ROTOR_SPEED}' in rad/s, '{ROTOR_COMMAND}' normalised to [0, 1]; "
+        f"the old names {tuple(LEGACY_ROTOR_KINDS)} are read too), got {kind!r}"
+    )
+
 
 RPM_TO_RAD_PER_S = 2.0 * math.pi / 60.0
 """Revolutions per minute → rad/s."""

@@ -16,10 +16,11 @@ from pathlib import Path
 import numpy as np
 from scipy.spatial.transform import Rotation
 
+from velobins_common.constants import STANDARD_GRAVITY
 from velobins_data.datasets.csv_format import write_csv
 from velobins_data.flight import Flight
 
-G = 9.80665
+G = STANDARD_GRAVITY
 
 
 @dataclass
@@ -54,7 +55,7 @@ def hover_flight(name: str = "hover", t0: float = 1000.0, n: int = 400, **metada
         acc=tr.acc,
         gyro=tr.gyro,
         rotor=tr.rotor,
-        rotor_kind="pwm",
+        rotor_kind="command",
         p=tr.p,
         q=tr.q,
         v=tr.v,
@@ -292,7 +293,7 @@ def write_aiio_mcap(bag_dir: Path, tr: Truth, odom_rate_div: int = 2, esc_rate_d
     return bag_dir
 
 
-def circle_flight(seconds: float = 6.0, rate: float = 100.0, kind: str = "pwm", seed: int = 0) -> dict:
+def circle_flight(seconds: float = 6.0, rate: float = 100.0, kind: str = "command", seed: int = 0) -> dict:
     """Arrays of a banked 1 m circle at 1 m altitude (yaw 0), with sensor noise."""
     rng = np.random.default_rng(seed)
     n = round(seconds * rate) + 1
@@ -309,7 +310,7 @@ def circle_flight(seconds: float = 6.0, rate: float = 100.0, kind: str = "pwm", 
     gyro = np.vstack([(rot[:-1].inv() * rot[1:]).as_rotvec() * rate, np.zeros((1, 3))])
     acc = np.zeros((n, 3))
     acc[:, 2] = np.linalg.norm(thrust, axis=1)
-    base = 0.55 if kind == "pwm" else 1200.0
+    base = 0.55 if kind == "command" else 1200.0
     rotor = base * (1.0 + 0.05 * np.sin(3.0 * s)[:, None] + 0.01 * rng.normal(size=(n, 4)))
     return {
         "t": t,

@@ -15,11 +15,11 @@ from velobins_data.flight import Flight
 FIELDS = ("t", "acc", "gyro", "rotor", "p", "q", "v")
 
 
-def make_flight(n: int = 400, t0: float = 0.0, kind: str = "pwm", rotors: int = 4) -> Flight:
+def make_flight(n: int = 400, t0: float = 0.0, kind: str = "command", rotors: int = 4) -> Flight:
     rng = np.random.default_rng(7)
     t = t0 + np.arange(n) * 0.01
     q = Rotation.from_euler("xyz", np.c_[0.1 * np.sin(t), 0.05 * np.cos(t), 0.4 * t]).as_quat()
-    rotor = rng.uniform(0.2, 0.8, (n, rotors)) if kind == "pwm" else rng.uniform(1500, 2500, (n, rotors))
+    rotor = rng.uniform(0.2, 0.8, (n, rotors)) if kind == "command" else rng.uniform(1500, 2500, (n, rotors))
     return Flight(
         name="unit_flight",
         t=t,
@@ -35,7 +35,7 @@ def make_flight(n: int = 400, t0: float = 0.0, kind: str = "pwm", rotors: int = 
 
 
 @pytest.mark.parametrize("storage", ["mcap", "sqlite3"])
-@pytest.mark.parametrize(("t0", "kind", "rotors"), [(0.0, "pwm", 4), (1.7e9, "rpm", 6)])
+@pytest.mark.parametrize(("t0", "kind", "rotors"), [(0.0, "command", 4), (1.7e9, "speed", 6)])
 def test_round_trip(tmp_path: Path, storage: str, t0: float, kind: str, rotors: int) -> None:
     flight = make_flight(t0=t0, kind=kind, rotors=rotors)
     info = bag.write_bag(flight, tmp_path / "flight", storage=storage)
@@ -49,6 +49,30 @@ def test_round_trip(tmp_path: Path, storage: str, t0: float, kind: str, rotors: 
         np.testing.assert_allclose(
             getattr(back, name), getattr(flight, name), atol=tol * max(1.0, abs(t0)), err_msg=name
         )
+
+
+def test_a_bag_written_before_the_rotor_kind_rename_is_read(tmp_path: Path) -> None:
+    import json
+
+    import yaml
+
+    flight = make_flight(n=60, kind="speed")
+    bag.write_bag(flight, tmp_path / "b")
+    meta_file = tmp_path / "b" / "metadata.yaml"
+    info = yaml.safe_load(meta_file.read_text())
+    custom = info["rosbag2_bagfile_information"]["custom_data"]
+    meta = json.loads(custom["velobins.sequence"])
+    assert meta["format_version"] == bag.BAG_FORMAT_VERSION == 2 and meta["rotor_kind"] == "speed"
+    # the custom metadata of a bag written before issue 22: no version, the old name
+    meta.pop("format_version")
+    custom["velobins.sequence"] = json.dumps(meta | {"rotor_kind": "rpm"})
+    meta_file.write_text(yaml.safe_dump(info))
+    back = bag.read_bag(tmp_path / "b")
+    assert back.rotor_kind == "speed" and np.allclose(back.rotor, flight.rotor)
+    custom["velobins.sequence"] = json.dumps(meta | {"format_version": 7})
+    meta_file.write_text(yaml.safe_dump(info))
+    with pytest.raises(bag.BagError, match="format_version 7"):
+        bag.read_bag(tmp_path / "b")
 
 
 def test_existing_output_and_missing_topic(tmp_path: Path) -> None:

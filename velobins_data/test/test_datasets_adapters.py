@@ -56,11 +56,11 @@ def test_flight_along_world_x_with_yaw_90_is_body_minus_y(adapter: str, tmp_path
 def test_rotor_units(tmp_path: Path) -> None:
     tr = fx.hover()
     nb = load_flight("nanobench", _write("nanobench", tmp_path, tr))
-    assert nb.rotor_kind == "pwm" and np.allclose(nb.rotor, 0.6, atol=1e-6)
+    assert nb.rotor_kind == "command" and np.allclose(nb.rotor, 0.6, atol=1e-6)
     neuro = load_flight("neurobem", _write("neurobem", tmp_path, tr))
-    assert neuro.rotor_kind == "rpm" and np.allclose(neuro.rotor, 0.6 * fx.NEUROBEM_MAX_RAD_S, atol=1e-6)
+    assert neuro.rotor_kind == "speed" and np.allclose(neuro.rotor, 0.6 * fx.NEUROBEM_MAX_RAD_S, atol=1e-6)
     aiio = load_flight("aiio", _write("aiio_hdf5", tmp_path, tr))
-    assert aiio.rotor_kind == "rpm" and np.allclose(aiio.rotor, 0.6 * fx.AIIO_MAX_RPM * 2 * np.pi / 60, rtol=1e-9)
+    assert aiio.rotor_kind == "speed" and np.allclose(aiio.rotor, 0.6 * fx.AIIO_MAX_RPM * 2 * np.pi / 60, rtol=1e-9)
 
 
 def test_nanobench_trims_motors_off_and_extrapolated_tail(tmp_path: Path) -> None:

@@ -10,16 +10,17 @@ import pytest
 from scipy.spatial.transform import Rotation
 
 from velobins_data.datasets import DatasetError, load_flight, read_csv, write_csv
+from velobins_data.datasets.csv_format import FORMAT_VERSION as CSV_VERSION
 from velobins_data.datasets.csv_format import expected_header
 from velobins_data.flight import Flight, FlightError
 from velobins_data.storage import cache_path, load_cached, load_flight_file, save_flight
 
 
-def _seq(n: int = 300, k: int = 6, kind: str = "rpm") -> Flight:
+def _seq(n: int = 300, k: int = 6, kind: str = "speed") -> Flight:
     rng = np.random.default_rng(1)
     t = 5.0 + np.arange(n) * 0.005 + rng.uniform(0, 1e-4, n)
     q = Rotation.from_rotvec(rng.normal(0, 0.3, (n, 3))).as_quat()
-    rotor = rng.uniform(0, 1, (n, k)) * (1.0 if kind == "pwm" else 2000.0)
+    rotor = rng.uniform(0, 1, (n, k)) * (1.0 if kind == "command" else 2000.0)
     return Flight(
         name="my_flight",
         t=t,
@@ -43,7 +44,7 @@ def _hover(n: int = 400) -> Flight:
         acc=np.tile([0.0, 0.0, 9.80665], (n, 1)),
         gyro=np.zeros((n, 3)),
         rotor=np.full((n, 4), 0.6),
-        rotor_kind="pwm",
+        rotor_kind="command",
         p=np.tile([0.0, 0.0, 1.0], (n, 1)),
         q=np.tile([0.0, 0.0, 0.0, 1.0], (n, 1)),
         v=np.zeros((n, 3)),
@@ -51,7 +52,7 @@ def _hover(n: int = 400) -> Flight:
     )
 
 
-@pytest.mark.parametrize("kind", ["rpm", "pwm"])
+@pytest.mark.parametrize("kind", ["speed", "command"])
 def test_csv_round_trip_is_exact(kind: str, tmp_path: Path) -> None:
     flight = _seq(kind=kind)
     path = tmp_path / "my_flight.csv"
@@ -74,7 +75,7 @@ def test_csv_header_error_lists_missing_and_unknown_and_shows_expected(tmp_path:
         read_csv(path)
     msg = str(err.value)
     assert "bad.csv" in msg and "['gyro_z', 'v_y']" in msg and "['gyro_zz', 'vy']" in msg
-    assert expected_header("rpm", 4) in msg
+    assert expected_header("speed", 4) in msg
 
 
 def test_csv_rotor_count_comment_must_match(tmp_path: Path) -> None:
@@ -100,9 +101,9 @@ def test_csv_malformed(how: str, tmp_path: Path) -> None:
     elif how == "empty":
         lines = []
     elif how == "mixed_kind":
-        lines[first_data - 1] = lines[first_data - 1].replace("rpm_2", "pwm_2")
+        lines[first_data - 1] = lines[first_data - 1].replace("speed_2", "command_2")
     elif how == "gap":
-        lines[first_data - 1] = lines[first_data - 1].replace("rpm_3", "rpm_7")
+        lines[first_data - 1] = lines[first_data - 1].replace("speed_3", "speed_7")
     path.write_text("\n".join(lines) + "\n")
     expected = {"nan": "acc_z", "unsorted": "strictly increasing", "empty": "empty", "mixed_kind": "mix"}
     expected["gap"] = "without gaps"
@@ -111,6 +112,53 @@ def test_csv_malformed(how: str, tmp_path: Path) -> None:
     assert "m.csv" in str(err.value)
     if how == "nan":
         assert err.value.row == 7
+
+
+def test_csv_writes_version_2_with_named_rotor_columns(tmp_path: Path) -> None:
+    path = tmp_path / "f.csv"
+    write_csv(_seq(k=4, kind="command"), path)
+    lines = path.read_text().splitlines()
+    assert lines[0] == f"# velobins-csv: {CSV_VERSION}" and CSV_VERSION == "2"
+    assert "command_1,command_2,command_3,command_4" in next(ln for ln in lines if ln.startswith("t,"))
+
+
+@pytest.mark.parametrize(("prefix", "kind", "value"), [("rpm", "speed", 1800.0), ("pwm", "command", 0.55)])
+def test_csv_version_1_with_the_old_rotor_columns_is_read(tmp_path: Path, prefix: str, kind: str, value: float) -> None:
+    # A file in the layout written before issue 22, by hand: rpm_ held rad/s, pwm_ a [0, 1] command.
+    rotor_cols = ",".join(f"{prefix}_{i}" for i in range(1, 5))
+    header = f"t,acc_x,acc_y,acc_z,gyro_x,gyro_y,gyro_z,{rotor_cols},p_x,p_y,p_z,q_x,q_y,q_z,q_w,v_x,v_y,v_z"
+    rows = [f"{0.01 * i:.2f},0,0,9.81,0,0,0,{value},{value},{value},{value},0,0,1,0,0,0,1,0,0,0" for i in range(30)]
+    path = tmp_path / "old.csv"
+    path.write_text("\n".join(["# velobins-csv: 1", "# rotors: 4", header, *rows]) + "\n")
+    flight = read_csv(path)
+    assert flight.rotor_kind == kind and flight.num_rotors == 4 and np.all(flight.rotor == value)
+    write_csv(flight, tmp_path / "new.csv")  # and written again in today's layout, the same data
+    again = read_csv(tmp_path / "new.csv")
+    assert again.rotor_kind == kind and np.array_equal(again.rotor, flight.rotor)
+
+
+def test_csv_of_an_unknown_version_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "future.csv"
+    write_csv(_seq(k=4), path)
+    path.write_text(path.read_text().replace("# velobins-csv: 2", "# velobins-csv: 9"))
+    with pytest.raises(DatasetError, match="format version '9'") as err:
+        read_csv(path)
+    assert "future.csv" in str(err.value)
+
+
+def test_npz_version_1_with_the_old_rotor_kind_is_read(tmp_path: Path) -> None:
+    flight = _seq(kind="speed")
+    old = {f: getattr(flight, f) for f in ("t", "acc", "gyro", "rotor", "p", "q", "v")}
+    old |= {"name": np.array("old"), "rotor_kind": np.array("rpm"), "metadata": np.array("{}")}
+    np.savez(tmp_path / "old.npz", format_version=np.array(1), **old)  # the layout before issue 22, by hand
+    back = load_flight_file(tmp_path / "old.npz")
+    assert back.rotor_kind == "speed" and np.array_equal(back.rotor, flight.rotor) and back.name == "old"
+    save_flight(back, tmp_path / "new.npz")
+    with np.load(tmp_path / "new.npz") as npz:
+        assert int(npz["format_version"]) == 2 and str(npz["rotor_kind"]) == "speed"
+    np.savez(tmp_path / "future.npz", format_version=np.array(3), **old)
+    with pytest.raises(FlightError, match="format_version"):
+        load_flight_file(tmp_path / "future.npz")
 
 
 def test_npz_round_trip(tmp_path: Path) -> None:

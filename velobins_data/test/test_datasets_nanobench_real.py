@@ -30,7 +30,7 @@ def test_all_train_and_val_files_load(all_flights: list) -> None:
     assert len(names) == n_files - 1 and len(set(names)) == len(names)
     for flight in all_flights:
         assert 99.0 < flight.rate_hz < 101.0, flight.name
-        assert flight.rotor_kind == "pwm" and flight.rotor.min() >= 0.0 and flight.rotor.max() <= 1.0
+        assert flight.rotor_kind == "command" and flight.rotor.min() >= 0.0 and flight.rotor.max() <= 1.0
         assert (flight.rotor > 0).any(axis=1).all(), flight.name  # motors-off rows trimmed
         assert flight.duration > 5.0, flight.name
         assert flight.metadata["trajectory_shape"] in TRAJECTORY_SHAPES

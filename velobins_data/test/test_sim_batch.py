@@ -46,7 +46,7 @@ def test_worker_count_does_not_change_the_flights(tmp_path: Path) -> None:
     spec = flight_plan(3, seed=9)[1]
     direct = simulate_flight("nano", spec.family, 2.5, spec.seed, index=spec.index)
     back = read_csv(serial[1])
-    assert back.name == direct.name and back.rotor_kind == "pwm"
+    assert back.name == direct.name and back.rotor_kind == "command"
     assert back.gravity == pytest.approx(direct.gravity)
     assert back.metadata["platform"] == "sim_nano"
     for field in _FIELDS:

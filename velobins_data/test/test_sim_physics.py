@@ -96,7 +96,7 @@ def test_ground_truth_is_kinematically_consistent(nano_clean: Flight) -> None:
 def test_sequence_contract_and_metadata(nano_noisy: Flight) -> None:
     flight = nano_noisy
     assert flight.name == "sim_figure8_003"
-    assert flight.rotor_kind == "pwm" and flight.num_rotors == 4
+    assert flight.rotor_kind == "command" and flight.num_rotors == 4
     assert flight.rate_hz == pytest.approx(100.0)
     assert flight.duration == pytest.approx(_SECONDS)
     assert 0.0 <= flight.rotor.min() and flight.rotor.max() <= 1.0
@@ -160,7 +160,7 @@ def test_fast_presets_fly_stably(preset: str, family: str) -> None:
     assert flight.rate_hz == pytest.approx(spec.rate_hz)
     assert flight.metadata["tracking_rms"] < 0.05 * flight.metadata["trajectory"]["size"]
     assert flight.metadata["max_speed"] <= 1.25 * spec.speed_range[1]
-    if spec.rotor_kind == "rpm":
+    if spec.rotor_kind == "speed":
         assert flight.rotor[0] == pytest.approx(np.full(4, spec.hover_speed), abs=5 * spec.rotor_noise_std)
 
 

@@ -51,19 +51,19 @@ def _last_stamp(a: dict) -> None:
 
 # name -> (corruption, kind, check, field, row, also_found)
 BAD_CASES: dict[str, tuple[Callable[[dict], None], str, str, str, int | None, tuple[str, ...]]] = {
-    "acc_in_g": (lambda a: a.update(acc=a["acc"] / G), "pwm", "specific_force", "acc", None, ("gravity_residual",)),
-    "acc_z_gyro_z_swapped": (_swap_acc_gyro_z, "pwm", "specific_force", "acc", None, ("gyro", "gravity_residual")),
-    "acc_x_spike": (_set("acc", 57, 0, 1e30), "pwm", "input_limits", "acc", 57, ()),
-    "gyro_in_deg_s": (lambda a: a.update(gyro=np.degrees(a["gyro"])), "pwm", "gyro", "gyro", None, ()),
-    "frd_body": (lambda a: a.update(acc=a["acc"] * [1, -1, -1]), "pwm", "gravity_residual", "acc/q/v", None, ()),
-    "v_spike": (_set("v", 80, 1, 1e30), "pwm", "ground_truth_limits", "v", 80, ()),
-    "p_spike": (_set("p", 90, 2, -1e30), "pwm", "ground_truth_limits", "p", 90, ("position_jump",)),
-    "position_jump": (_shift_p, "pwm", "position_jump", "p", 300, ()),
-    "p_in_mm": (lambda a: a.update(p=a["p"] * 1000.0), "pwm", "position_jump", "p", 1, ()),
-    "stamp_1e30": (_last_stamp, "pwm", "stamps", "t", 600, ()),
-    "pwm_all_zero": (lambda a: a["rotor"].fill(0.0), "pwm", "rotor_range", "rotor", None, ()),
-    "rpm_given_in_rpm": (lambda a: a.update(rotor=a["rotor"] * 9.55), "rpm", "rotor_range", "rotor", 0, ()),
-    "rpm_given_pwm": (lambda a: a.update(rotor=a["rotor"] / 2400.0), "rpm", "rotor_range", "rotor", None, ()),
+    "acc_in_g": (lambda a: a.update(acc=a["acc"] / G), "command", "specific_force", "acc", None, ("gravity_residual",)),
+    "acc_z_gyro_z_swapped": (_swap_acc_gyro_z, "command", "specific_force", "acc", None, ("gyro", "gravity_residual")),
+    "acc_x_spike": (_set("acc", 57, 0, 1e30), "command", "input_limits", "acc", 57, ()),
+    "gyro_in_deg_s": (lambda a: a.update(gyro=np.degrees(a["gyro"])), "command", "gyro", "gyro", None, ()),
+    "frd_body": (lambda a: a.update(acc=a["acc"] * [1, -1, -1]), "command", "gravity_residual", "acc/q/v", None, ()),
+    "v_spike": (_set("v", 80, 1, 1e30), "command", "ground_truth_limits", "v", 80, ()),
+    "p_spike": (_set("p", 90, 2, -1e30), "command", "ground_truth_limits", "p", 90, ("position_jump",)),
+    "position_jump": (_shift_p, "command", "position_jump", "p", 300, ()),
+    "p_in_mm": (lambda a: a.update(p=a["p"] * 1000.0), "command", "position_jump", "p", 1, ()),
+    "stamp_1e30": (_last_stamp, "command", "stamps", "t", 600, ()),
+    "pwm_all_zero": (lambda a: a["rotor"].fill(0.0), "command", "rotor_range", "rotor", None, ()),
+    "rpm_given_in_rpm": (lambda a: a.update(rotor=a["rotor"] * 9.55), "speed", "rotor_range", "rotor", 0, ()),
+    "rpm_given_pwm": (lambda a: a.update(rotor=a["rotor"] / 2400.0), "speed", "rotor_range", "rotor", None, ()),
 }  # fmt: skip
 
 
@@ -128,7 +128,7 @@ def test_allow_overrides_and_unknown_names_are_rejected(tmp_path: Path) -> None:
 
 
 def test_good_flights_pass_and_inspection_reports_statistics() -> None:
-    for kind in ("pwm", "rpm"):
+    for kind in ("command", "speed"):
         arrays = circle_flight(kind=kind)
         arrays["t"][200:] += 0.02  # one 30 ms step: a gap (> 2x median) but no dropout
         flight = make_flight(arrays)

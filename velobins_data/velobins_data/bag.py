@@ -12,7 +12,9 @@ install. A bag holds (docs/design.md, "ROS interface"):
 Header stamps are the data's timestamps. ROS treats time zero as "unset", so a flight whose first
 stamp is below :data:`MIN_STAMP` (simulated flights start at 0 s) is shifted by
 :data:`STAMP_OFFSET`; the shift is stored in the bag's custom metadata and removed on reading, so
-the round trip is exact. Flight metadata travels in the custom metadata too.
+the round trip is exact. Flight metadata travels in the custom metadata too, with a
+``format_version`` (:data:`BAG_FORMAT_VERSION`; 2 names the rotor kinds ``speed``/``command``; a bag
+without one, written before, says ``rpm``/``pwm``, which are read as the same kinds).
 
 A bag is written whole or not at all: :func:`write_bag` checks every stamp fits a ROS time
 (int32 seconds) before it starts, writes into a temporary directory beside the target and renames
@@ -36,7 +38,7 @@ from rosbags.rosbag2 import Reader, StoragePlugin, Writer
 from rosbags.typesys import Stores, get_types_from_msg, get_typestore
 from rosbags.typesys.store import Typestore
 
-from velobins_common.constants import RPM_TO_RAD_PER_S
+from velobins_common.constants import ROTOR_COMMAND, ROTOR_SPEED, RPM_TO_RAD_PER_S, canonical_rotor_kind
 from velobins_common.interp import interp_columns
 from velobins_common.outputs import atomic_path
 
@@ -61,6 +63,8 @@ KIND_RAD_PER_SEC, KIND_RPM, KIND_NORMALIZED = 0, 1, 2
 """Values of RotorSpeeds.kind (one source: velobins_msgs/msg/RotorSpeeds.msg; checked in tests)."""
 
 _META_KEY = "velobins.sequence"
+BAG_FORMAT_VERSION = 2
+"""Version of the custom metadata :func:`write_bag` stores (2: rotor kinds ``speed``/``command``)."""
 
 
 class BagError(ValueError):
@@ -105,13 +109,13 @@ def typestore() -> Typestore:
 
 
 def rotor_kind_code(rotor_kind: str) -> int:
-    """RotorSpeeds.kind for a Flight rotor kind."""
-    return {"rpm": KIND_RAD_PER_SEC, "pwm": KIND_NORMALIZED}[rotor_kind]
+    """RotorSpeeds.kind for a Flight rotor kind (an old name too)."""
+    return {ROTOR_SPEED: KIND_RAD_PER_SEC, ROTOR_COMMAND: KIND_NORMALIZED}[canonical_rotor_kind(rotor_kind)]
 
 
 def rotor_kind_name(code: int) -> str:
-    """Flight rotor kind for a RotorSpeeds.kind (RPM streams are converted to rad/s by readers)."""
-    return {KIND_RAD_PER_SEC: "rpm", KIND_RPM: "rpm", KIND_NORMALIZED: "pwm"}[code]
+    """Flight rotor kind for a RotorSpeeds.kind (rev/min streams are converted to rad/s by readers)."""
+    return {KIND_RAD_PER_SEC: ROTOR_SPEED, KIND_RPM: ROTOR_SPEED, KIND_NORMALIZED: ROTOR_COMMAND}[code]
 
 
 def _stamp(store: Typestore, t: float):
@@ -208,6 +212,7 @@ def _write_messages(flight: Flight, path: Path, storage: str, offset: float) -> 
     count = 0
     with Writer(path, version=9, storage_plugin=plugin) as writer:
         meta = {
+            "format_version": BAG_FORMAT_VERSION,
             "name": flight.name,
             "rotor_kind": flight.rotor_kind,
             "stamp_offset": offset,
@@ -285,6 +290,9 @@ def read_bag(path: str | Path) -> Flight:
     rotor_codes: set[int] = set()
     gt_rows: list[list[float]] = []
     meta = _custom_metadata(path)
+    version = meta.get("format_version", 1)  # bags written before issue 22 carry none: version 1
+    if version not in (1, BAG_FORMAT_VERSION):
+        raise BagError(f"{path}: metadata format_version {version!r}; this code reads 1 and {BAG_FORMAT_VERSION}")
     reader = _open_reader(path)
     try:
         topics = {c.topic for c in reader.connections}

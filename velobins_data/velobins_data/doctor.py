@@ -24,6 +24,7 @@ import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from velobins_common.constants import ROTOR_COMMAND
 from velobins_common.outputs import atomic_write_text
 from velobins_data.datasets import flight_files, guess_kind, load_flight
 from velobins_data.datasets.errors import UnusableFlightError
@@ -132,7 +133,7 @@ _COLUMNS = (
 
 def _rotor_range(i: FlightInspection) -> str:
     lo, hi = i.rotor_range
-    return f"{lo:.2f}-{hi:.2f} pwm" if i.rotor_kind == "pwm" else f"{lo:.0f}-{hi:.0f} rad/s"
+    return f"{lo:.2f}-{hi:.2f} command" if i.rotor_kind == ROTOR_COMMAND else f"{lo:.0f}-{hi:.0f} rad/s"
 
 
 def _cells(r: FlightReport) -> list[str]:

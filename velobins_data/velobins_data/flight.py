@@ -7,8 +7,8 @@ boundary are fixed, so nothing downstream has to know where a flight came from:
 * time ``t`` in seconds, strictly increasing;
 * ``acc``: body-frame specific force [m/s^2] (a hovering vehicle reads about +g on body z);
 * ``gyro``: body-frame angular rate [rad/s];
-* ``rotor``: K columns, kind ``"rpm"`` (rotor speed in rad/s, despite the name kept from the
-  design notes) or ``"pwm"`` (command normalised to [0, 1]);
+* ``rotor``: K columns, kind ``"speed"`` (rotor speed in rad/s) or ``"command"`` (command
+  normalised to [0, 1]); the old names ``"rpm"`` and ``"pwm"`` are accepted and renamed;
 * ``p``/``v``: ground-truth world position [m] and velocity [m/s], world ENU (z up, REP-103);
 * ``q``: body->world orientation quaternion, scalar last ``(x, y, z, w)`` as scipy uses it;
 * body frame FLU.
@@ -24,7 +24,13 @@ from typing import Any
 
 import numpy as np
 
-from velobins_common.constants import ROTOR_KINDS, STANDARD_GRAVITY, UNIT_QUATERNION_TOLERANCE
+from velobins_common.constants import (
+    ROTOR_COMMAND,
+    ROTOR_KINDS,
+    STANDARD_GRAVITY,
+    UNIT_QUATERNION_TOLERANCE,
+    canonical_rotor_kind,
+)
 
 # ROTOR_KINDS (allowed values of Flight.rotor_kind), STANDARD_GRAVITY (the gravity of a flight whose
 # dataset states none) and UNIT_QUATERNION_TOLERANCE come from velobins_common.constants, the one definition.
@@ -58,7 +64,8 @@ class Flight:
         acc: (T, 3) body specific force [m/s^2].
         gyro: (T, 3) body angular rate [rad/s].
         rotor: (T, K) rotor signal, see ``rotor_kind``.
-        rotor_kind: ``"rpm"`` (rad/s) or ``"pwm"`` (normalised to [0, 1]).
+        rotor_kind: ``"speed"`` (rad/s) or ``"command"`` (normalised to [0, 1]); an old name
+            (``"rpm"``, ``"pwm"``) becomes its new one.
         p: (T, 3) ground-truth world position [m].
         q: (T, 4) ground-truth body->world quaternion, (x, y, z, w).
         v: (T, 3) ground-truth world velocity [m/s].
@@ -80,6 +87,10 @@ class Flight:
     def __post_init__(self) -> None:
         for name in ("t", "acc", "gyro", "rotor", "p", "q", "v"):
             setattr(self, name, np.ascontiguousarray(getattr(self, name), dtype=np.float64))
+        try:
+            self.rotor_kind = canonical_rotor_kind(self.rotor_kind)
+        except ValueError as exc:
+            raise FlightError(self.source, "rotor_kind", str(exc)) from None
         self.validate()
 
     # ------------------------------------------------------------------ properties
@@ -168,11 +179,11 @@ class Flight:
         if badq.any():
             row = int(np.argmax(badq))
             raise FlightError(src, "q", f"quaternion norm {qn[row]:.4f} is not 1", row)
-        if self.rotor_kind == "pwm":
+        if self.rotor_kind == ROTOR_COMMAND:
             outside = (self.rotor < -1e-6) | (self.rotor > 1.0 + 1e-6)
             if outside.any():
                 row = int(np.argmax(outside.any(axis=1)))
-                raise FlightError(src, "rotor", "pwm commands must be normalised to [0, 1]", row)
+                raise FlightError(src, "rotor", "rotor commands must be normalised to [0, 1]", row)
         elif (self.rotor < 0).any():
             row = int(np.argmax((self.rotor < 0).any(axis=1)))
             raise FlightError(src, "rotor", "rotor speeds [rad/s] must be non-negative", row)

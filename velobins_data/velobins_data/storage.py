@@ -2,7 +2,8 @@
 
 Format: one uncompressed ``.npz`` per flight (``numpy.savez``): the float64 arrays ``t, acc,
 gyro, rotor, p, q, v`` plus 0-d string arrays ``name``, ``rotor_kind``, ``metadata`` (JSON) and
-``format_version``. No pickle: files are safe to load from anywhere. Uncompressed because
+``format_version``. Version 2 names the rotor kinds ``speed``/``command``; a version 1 file
+(``rpm``/``pwm``, the same data) is read too. No pickle: files are safe to load from anywhere. Uncompressed because
 training reads them many times and ``benchmarks/bench_storage.py`` shows loading is dominated by
 decompression otherwise; flights are small (a 40 s NanoBench flight is ~0.7 MB).
 
@@ -31,8 +32,11 @@ import numpy as np
 from velobins_common.outputs import atomic_path
 from velobins_data.flight import Flight, FlightError
 
-FORMAT_VERSION = 1
-"""Bumped whenever the npz layout or an adapter's conversion changes (invalidates caches)."""
+FORMAT_VERSION = 2
+"""Bumped whenever the npz layout or an adapter's conversion changes (invalidates caches).
+2: rotor kinds ``speed``/``command`` (version 1 wrote ``rpm``/``pwm``)."""
+READ_VERSIONS = (1, FORMAT_VERSION)
+"""Versions :func:`load_flight_file` reads (a version 1 rotor kind is an old name :class:`Flight` renames)."""
 
 ARRAY_FIELDS = ("t", "acc", "gyro", "rotor", "p", "q", "v")
 CACHE_SUFFIX = ".npz"
@@ -73,8 +77,8 @@ def load_flight_file(path: str | Path) -> Flight:
     try:
         with np.load(path, allow_pickle=False) as npz:
             version = int(npz["format_version"]) if "format_version" in npz else -1
-            if version != FORMAT_VERSION:
-                raise FlightError(str(path), "format_version", f"is {version}, this code reads {FORMAT_VERSION}")
+            if version not in READ_VERSIONS:
+                raise FlightError(str(path), "format_version", f"is {version}, this code reads {READ_VERSIONS}")
             missing = [k for k in (*ARRAY_FIELDS, "name", "rotor_kind", "metadata") if k not in npz]
             if missing:
                 raise FlightError(str(path), missing[0], f"missing arrays {missing}")

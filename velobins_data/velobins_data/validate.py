@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 from scipy.spatial.transform import Rotation
 
+from velobins_common.constants import ROTOR_SPEED
 from velobins_data.datasets.errors import DatasetError, UnusableFlightError
 from velobins_data.flight import Flight
 
@@ -301,8 +302,8 @@ def _check_rotor(flight: Flight, lim: PlausibilityLimits) -> list[Finding]:
     if dead.size:
         k = int(dead[0])
         return [Finding("rotor_range", "rotor", None, f"rotor_{k + 1} is 0 in every row: a motor not logged")]
-    if flight.rotor_kind != "rpm":
-        return []  # pwm: Flight.validate already enforces [0, 1]
+    if flight.rotor_kind != ROTOR_SPEED:
+        return []  # a command: Flight.validate already enforces [0, 1]
     hit = _first_outside(r, lim.max_rotor_speed)
     if hit is not None:
         row, k = hit

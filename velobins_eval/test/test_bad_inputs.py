@@ -180,7 +180,7 @@ CASES = [
         lambda t, g: evaluate_on(one_flight(t, g, set_value("p_z", 50, 1e30)), t, g),
         ("bad_flight.csv", "'p'", "50"),
     ),
-    Case("PWM checkpoint on RPM flights", lambda t, g: evaluate_on(g["rpm"], t, g), ("best.pt", "'pwm'", "'rpm'")),
+    Case("command model, speed flights", lambda t, g: evaluate_on(g["rpm"], t, g), ("best.pt", "'command'", "'speed'")),
     # 4. empty reports
     Case("evaluate an empty directory", lambda t, g: evaluate_on((t / "empty").resolve(), t, g), ("empty",)),
     Case(

@@ -41,7 +41,7 @@ def test_simulate_then_convert_round_trips(tmp_path: Path) -> None:
     assert conv.returncode == 0, conv.stderr
     assert "messages" in conv.stdout
     flight, back = read_csv(csvs[0]), read_bag(tmp_path / "bag")
-    assert back.name == flight.name and back.rotor_kind == "pwm" and back.num_rotors == 4
+    assert back.name == flight.name and back.rotor_kind == "command" and back.num_rotors == 4
     for name in FIELDS:
         np.testing.assert_allclose(getattr(back, name), getattr(flight, name), atol=2e-9, err_msg=name)
 

@@ -50,7 +50,7 @@ def test_shipped_model_loads_as_data_and_fits_the_demo_flights(name: str, flight
     ckpt = read_checkpoint(resolved.checkpoint)  # torch.load(weights_only=True) inside
     assert "optimizer_state" not in ckpt and ckpt["variant"] == ("G+H^B" if name == "crazyflie" else "reg")
     model = load_checkpoint(resolved.checkpoint)
-    assert (model.cfg.num_rotors, model.cfg.rotor_kind) == (4, "pwm")
+    assert (model.cfg.num_rotors, model.cfg.rotor_kind) == (4, "command")
     check_fits(model, resolved.checkpoint, flights)  # raises on a rotor count/kind mismatch
     train_files = (
         {Path(s).name for s in ckpt["data"]["train_files"]} if "train_files" in ckpt.get("data", {}) else set()

@@ -198,7 +198,7 @@ def test_evaluate_checks_the_checkpoint_fits_the_flights(trained, tmp_path, caps
     args = ["evaluate", "--checkpoint", str(trained / "best.pt"), "--dataset", "csv", "--data", str(rpm)]
     assert main([*args, "--out", str(out)]) == 2
     err = capsys.readouterr().err
-    assert "best.pt" in err and "kind 'pwm'" in err and "kind 'rpm'" in err and "sim_" in err
+    assert "best.pt" in err and "kind 'command'" in err and "kind 'speed'" in err and "sim_" in err
     assert not (out / "metrics.json").exists()
 
 

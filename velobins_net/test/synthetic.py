@@ -13,10 +13,10 @@ from typing import Any
 
 import numpy as np
 
+from velobins_common.constants import STANDARD_GRAVITY
+
 DRAG_K = 0.6
 """Drag coefficient k [1/s] of f_xy = −k v_xy."""
-
-GRAVITY = 9.80665
 
 
 @dataclass
@@ -39,7 +39,7 @@ class FakeSequence:
         return self.v.copy()
 
 
-def make_flight(seed: int, duration: float = 20.0, rate: float = 100.0, kind: str = "pwm", rotors: int = 4):
+def make_flight(seed: int, duration: float = 20.0, rate: float = 100.0, kind: str = "command", rotors: int = 4):
     """One flight with velocity-dependent drag in the accelerometer."""
     rng = np.random.default_rng(seed)
     t = np.arange(int(duration * rate)) / rate
@@ -50,12 +50,12 @@ def make_flight(seed: int, duration: float = 20.0, rate: float = 100.0, kind: st
             v[:, axis] += amp / 3 * np.sin(2 * np.pi * f * t + ph)
     acc = np.zeros_like(v)
     acc[:, :2] = -DRAG_K * v[:, :2]
-    acc[:, 2] = GRAVITY
+    acc[:, 2] = STANDARD_GRAVITY
     acc += rng.normal(0, 0.02, acc.shape)
     gyro = rng.normal(0, 0.01, (len(t), 3))
-    base = 0.5 if kind == "pwm" else 1500.0
+    base = 0.5 if kind == "command" else 1500.0
     rotor = base * (1 + 0.05 * rng.standard_normal((len(t), rotors)))
-    if kind == "pwm":
+    if kind == "command":
         rotor = np.clip(rotor, 0.0, 1.0)
     p = np.cumsum(v, axis=0) / rate
     q = np.tile([0.0, 0.0, 0.0, 1.0], (len(t), 1))

@@ -24,7 +24,7 @@ def _truth(t: np.ndarray) -> Rotation:
 
 
 def _baseline_cfg(method: str, **kw) -> ModelConfig:
-    return ModelConfig(method=method, head="reg", uncertainty="C", rotor_kind="pwm", **kw)
+    return ModelConfig(method=method, head="reg", uncertainty="C", rotor_kind="command", **kw)
 
 
 def test_attitude_window_slerps_between_estimates_and_carries_the_newest_forward_with_the_gyro():

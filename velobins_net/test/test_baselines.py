@@ -28,11 +28,11 @@ K = 4
 T = 100
 
 
-def config(method: str, rotor_kind: str = "pwm") -> ModelConfig:
+def config(method: str, rotor_kind: str = "command") -> ModelConfig:
     return ModelConfig(method=method, head="reg", uncertainty="C", num_rotors=K, rotor_kind=rotor_kind)
 
 
-def small(method: str, rotor_kind: str = "pwm") -> torch.nn.Module:
+def small(method: str, rotor_kind: str = "command") -> torch.nn.Module:
     """Narrow versions (same architecture) so the tests stay fast."""
     cfg = config(method, rotor_kind)
     if method == "tlio":
@@ -104,7 +104,7 @@ def test_output_contract(method: str) -> None:
 
 @pytest.mark.parametrize("method", METHODS)
 def test_normalization_is_state(method: str) -> None:
-    net = small(method, rotor_kind="rpm")
+    net = small(method, rotor_kind="speed")
     mean, std = torch.arange(6.0 + K), torch.full((6 + K,), 2.0)
     net.set_normalization(mean, std)
     state = net.state_dict()
@@ -234,7 +234,7 @@ def test_airio_uses_attitude_and_body_imu() -> None:
 
 def test_imo_thrust_proxy_and_rotor_use() -> None:
     torch.manual_seed(4)
-    net = small("imo", rotor_kind="rpm").eval()
+    net = small("imo", rotor_kind="speed").eval()
     mean = torch.cat([torch.zeros(6), torch.full((K,), 4.0e6)])  # ω² statistics
     net.set_normalization(mean, torch.ones(6 + K))
     assert math.isclose(float(net.thrust_scale), STANDARD_GRAVITY / (K * 4.0e6), rel_tol=1e-6)

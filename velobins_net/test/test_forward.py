@@ -17,7 +17,7 @@ torch.set_num_threads(1)
 
 CONFIGS = [
     {},
-    {"rotor_kind": "rpm"},
+    {"rotor_kind": "speed"},
     {"bin_encoding": "pe"},
     {"bin_encoding": "direct"},
     {"cov_head": True, "uncertainty": "B+C"},
@@ -57,7 +57,7 @@ def test_inference_equals_reference(kw, batch):
     _assert_same(fast_again, fast)
 
 
-@pytest.mark.parametrize("kw", [{}, {"rotor_kind": "rpm", "cov_head": True, "uncertainty": "B+C"}])
+@pytest.mark.parametrize("kw", [{}, {"rotor_kind": "speed", "cov_head": True, "uncertainty": "B+C"}])
 def test_training_forward_has_reference_gradients(kw):
     model = _model(**kw).train()
     x = torch.randn(3, 100, 10)
@@ -93,7 +93,7 @@ def test_caches_follow_normalisation_weights_and_edits():
     with torch.inference_mode():
         _assert_same(other(x), model(x))
     # parameters replaced by other objects (assign=True)
-    third = _model(rotor_kind="pwm")
+    third = _model(rotor_kind="command")
     with torch.no_grad():
         third(x)
     third.load_state_dict(model.state_dict(), assign=True)

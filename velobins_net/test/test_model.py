@@ -108,7 +108,7 @@ def test_bin_grid_edges_and_range():
 
 
 def test_normalisation_buffers_frozen_and_rpm_squared():
-    cfg = ModelConfig(rotor_kind="rpm")
+    cfg = ModelConfig(rotor_kind="speed")
     model = VeloBinsNet(cfg).eval()
     mean = torch.arange(10.0)
     std = torch.full((10,), 2.0)

@@ -95,8 +95,8 @@ def _stream(model, flight, ends):
 def test_streaming_window_equals_training_window_at_1khz():
     """The predictor's ring buffer (window + 0.5 s) gives the training windows' values, also after it
     has dropped old samples, because the causal FIR needs only the last 50 ms before a window."""
-    flight = make_flight(2, duration=7.0, rate=1000.0, kind="rpm")
-    cfg = ModelConfig(rotor_kind="rpm", num_bins=16)
+    flight = make_flight(2, duration=7.0, rate=1000.0, kind="speed")
+    cfg = ModelConfig(rotor_kind="speed", num_bins=16)
     ds = WindowDataset([flight], cfg)
     model = VeloBinsNet(cfg).eval()
     ends_model = np.array([99, 150, 400, 650])  # windows ending at 0.99 s … 6.5 s (ring trimmed from ~3 s)

@@ -80,8 +80,8 @@ def test_resume_with_other_config_or_format_is_a_clear_error(tmp_path):
 
 
 def test_windows_resampling_and_normalisation():
-    flight = make_flight(3, duration=4.0, rate=400.0, kind="rpm")
-    ds = WindowDataset([flight], ModelConfig(rotor_kind="rpm"), stride=7)
+    flight = make_flight(3, duration=4.0, rate=400.0, kind="speed")
+    ds = WindowDataset([flight], ModelConfig(rotor_kind="speed"), stride=7)
     assert ds.inputs.dtype == torch.float32 and ds.inputs.is_contiguous()
     assert len(ds.inputs) == 400  # stamps 0 … 3.9975 s → grid 0 … 3.99 s at 100 Hz
     x, y = ds.gather(torch.tensor([0, 3]))
@@ -98,13 +98,13 @@ def test_windows_resampling_and_normalisation():
     np.testing.assert_allclose(
         xi[-1, :3].numpy(), [np.interp(k * 0.01, flight.t, acc[:, i]) for i in range(3)], atol=1e-4
     )
-    norm = fit_normalization(ds.inputs, "rpm")
+    norm = fit_normalization(ds.inputs, "speed")
     feat = ds.inputs.double().numpy()[:, 6:] ** 2
     np.testing.assert_allclose(norm.mean[6:], feat.mean(0), rtol=1e-6)
     t, v = resample(np.array([0.0, 0.01, 0.02]), np.array([[0.0], [1.0], [2.0]]), 100.0)
     assert len(t) == 3 and v[2, 0] == 2.0
     with pytest.raises(ValueError, match="rotor_kind"):
-        WindowDataset([flight], ModelConfig(rotor_kind="pwm"))
+        WindowDataset([flight], ModelConfig(rotor_kind="command"))
 
 
 DDP_SCRIPT = textwrap.dedent(

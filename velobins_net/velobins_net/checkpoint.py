@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from velobins_common.constants import canonical_rotor_kind
 from velobins_common.outputs import atomic_path
 
 from .config import CHECKPOINT_FORMAT_VERSION, ModelConfig
@@ -22,6 +23,8 @@ from .model import VeloBinsNet
 from .networks import build_model
 
 REQUIRED_KEYS = ("format_version", "model_config", "variant", "bins", "normalization", "model_state")
+READ_VERSIONS = (1, CHECKPOINT_FORMAT_VERSION)
+"""Format versions :func:`read_checkpoint` reads; older ones are brought to the current layout by :func:`upgrade`."""
 
 
 class CheckpointError(ValueError):
@@ -95,13 +98,37 @@ def read_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     if not isinstance(ckpt, dict):
         raise CheckpointError(path, f"expected a dict, got {type(ckpt).__name__}")
     version = ckpt.get("format_version")
-    if version != CHECKPOINT_FORMAT_VERSION:
-        raise CheckpointError(
-            path, f"field 'format_version' is {version!r}, this code reads version {CHECKPOINT_FORMAT_VERSION}"
-        )
+    if version not in READ_VERSIONS:
+        raise CheckpointError(path, f"field 'format_version' is {version!r}, this code reads versions {READ_VERSIONS}")
     missing = [k for k in REQUIRED_KEYS if k not in ckpt]
     if missing:
         raise CheckpointError(path, f"missing fields {missing}")
+    return upgrade(ckpt, path)
+
+
+def upgrade(ckpt: dict[str, Any], path: str | Path = "<checkpoint>") -> dict[str, Any]:
+    """A checkpoint dict of an older format version in the current layout (the file is not touched).
+
+    1 → 2: the rotor kinds ``"rpm"``/``"pwm"`` are ``"speed"``/``"command"`` (same data, same units) in
+    ``model_config``, ``normalization`` and ``train_config.model``.
+    """
+    if ckpt.get("format_version") == CHECKPOINT_FORMAT_VERSION:
+        return ckpt
+
+    def renamed(section: Any, where: str) -> Any:
+        if not isinstance(section, dict) or "rotor_kind" not in section:
+            return section
+        try:
+            return dict(section) | {"rotor_kind": canonical_rotor_kind(str(section["rotor_kind"]))}
+        except ValueError as exc:
+            raise CheckpointError(path, f"field '{where}.rotor_kind' {exc}") from None
+
+    ckpt = dict(ckpt) | {"format_version": CHECKPOINT_FORMAT_VERSION}
+    for section in ("model_config", "normalization"):
+        ckpt[section] = renamed(ckpt[section], section)
+    train = ckpt.get("train_config")
+    if isinstance(train, dict) and "model" in train:
+        ckpt["train_config"] = dict(train) | {"model": renamed(train["model"], "train_config.model")}
     return ckpt
 
 

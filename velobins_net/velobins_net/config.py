@@ -11,6 +11,8 @@ import math
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from velobins_common.constants import ROTOR_COMMAND, canonical_rotor_kind
+
 # ----------------------------------------------------------------------------- paper constants
 HUBER_DELTA = 0.1
 """Huber transition point δ [m/s] (§III-D, eq:huber; Implementation Details)."""
@@ -35,11 +37,9 @@ AIIO_FILTER_MIN_LOG_STD = -4.0
 """AI-IO's floor on the log σ it hands to the filter (``meas_source_network.py``: log σ < −4 → −4,
 σ² ≥ e⁻⁸ ≈ 3.4·10⁻⁴): the regression baseline's reported variance (``decoders.covariance_variance``)."""
 
-CHECKPOINT_FORMAT_VERSION = 1
-"""Bumped whenever the checkpoint layout changes; loading another version is an error."""
-
-ROTOR_KINDS = ("rpm", "pwm")
-"""Rotor signal kinds (mirrors velobins_data.flight.ROTOR_KINDS; net must not import eval)."""
+CHECKPOINT_FORMAT_VERSION = 2
+"""Bumped whenever the checkpoint layout changes. 2: rotor kinds ``speed``/``command``; version 1
+(``rpm``/``pwm``, the shipped models) is read and renamed by :func:`velobins_net.checkpoint.read_checkpoint`."""
 
 BIN_ENCODINGS = ("direct", "pe", "spe")
 """Bin encodings of the bin decoder (§III-B, §V-D "Bin Encoding")."""
@@ -72,7 +72,8 @@ class ModelConfig:
 
     Attributes:
         num_rotors: K, rotor channels of the input.
-        rotor_kind: ``"rpm"`` (rad/s, fed as squared speed) or ``"pwm"`` (normalised command, raw).
+        rotor_kind: ``"speed"`` (rad/s, fed as squared speed) or ``"command"`` (normalised command, raw);
+            an old name (``"rpm"``, ``"pwm"``) becomes its new one.
         window_s: input window length [s] (paper: 1 s).
         rate_hz: network input rate [Hz] (paper: 100 Hz).
         update_rate_hz: kept so checkpoints keep one format; the streaming update rate is
@@ -101,7 +102,7 @@ class ModelConfig:
     """
 
     num_rotors: int = 4
-    rotor_kind: str = "pwm"
+    rotor_kind: str = ROTOR_COMMAND
     window_s: float = 1.0
     rate_hz: float = 100.0
     update_rate_hz: float = 20.0
@@ -134,8 +135,10 @@ class ModelConfig:
         for name in ("baseline_width", "frame_width"):
             if not 0.0 < getattr(self, name) <= 4.0:
                 raise bad(name, f"must be in (0, 4], got {getattr(self, name)}")
-        if self.rotor_kind not in ROTOR_KINDS:
-            raise bad("rotor_kind", f"must be one of {ROTOR_KINDS}, got {self.rotor_kind!r}")
+        try:
+            object.__setattr__(self, "rotor_kind", canonical_rotor_kind(self.rotor_kind))
+        except ValueError as exc:
+            raise bad("rotor_kind", str(exc)) from None
         if self.num_rotors < 1:
             raise bad("num_rotors", f"must be >= 1, got {self.num_rotors}")
         if self.window_len < 2:

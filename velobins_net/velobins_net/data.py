@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from velobins_common.constants import ROTOR_SPEED, canonical_rotor_kind
 from velobins_common.interp import interp_columns
 from velobins_data.flight import Flight
 
@@ -159,13 +160,13 @@ class Normalization:
 
 
 def fit_normalization(inputs: torch.Tensor, rotor_kind: str, channels: int | None = None) -> Normalization:
-    """Mean/std per channel of the training inputs (S, 6+K), after the rotor transform (ω² for rpm).
+    """Mean/std per channel of the training inputs (S, 6+K), after the rotor transform (ω² for rotor speeds).
 
     ``channels``: only the first ``channels`` columns (the sensor channels; attitude columns of the
     baselines are not normalised); None: all.
     """
     x = inputs[:, :channels].to(torch.float64)
-    if rotor_kind == "rpm":
+    if canonical_rotor_kind(rotor_kind) == ROTOR_SPEED:
         x = torch.cat([x[:, :6], x[:, 6:].square()], dim=1)
     mean = x.mean(0)
     std = x.std(0)

@@ -52,6 +52,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from velobins_common.constants import ROTOR_SPEED
+
 from . import accel
 from .config import ModelConfig
 from .transformer import LastTokenWeights, LayerWeights, TransformerLayer, all_tokens, last_token
@@ -145,7 +147,7 @@ class Encoder(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         c, k, d = cfg.conv_channels, cfg.conv_kernel, cfg.d_model
-        self.square_rotor = cfg.rotor_kind == "rpm"
+        self.square_rotor = cfg.rotor_kind == ROTOR_SPEED
         self.window_len = cfg.window_len
         n_in = cfg.input_channels
         # Normalisation statistics: fitted on the training set (data.fit_normalization), then frozen.

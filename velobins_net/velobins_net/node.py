@@ -46,7 +46,7 @@ from rclpy.node import Node
 from rclpy.qos import QoSProfile
 from sensor_msgs.msg import Imu
 
-from velobins_common.constants import RPM_TO_RAD_PER_S
+from velobins_common.constants import ROTOR_COMMAND, RPM_TO_RAD_PER_S
 from velobins_common.fields import param
 from velobins_common.frames import is_unit_quaternion
 from velobins_common.health import CountDelta, RateMeter, SilenceAlarm, Status, Stream, net_status
@@ -276,7 +276,7 @@ class VeloBinsNetNode(Node):
         if speeds.shape != (self.num_rotors,):
             self.drops.drop("rotor_count", f"{speeds.size} rotors, model expects {self.num_rotors}")
             return
-        if self.rotor_kind == "pwm":
+        if self.rotor_kind == ROTOR_COMMAND:
             if msg.kind != RotorSpeeds.KIND_NORMALIZED:
                 self.drops.drop("rotor_kind", f"kind {msg.kind}, model was trained on normalised commands")
                 return

@@ -42,7 +42,7 @@ from typing import Any, Literal
 import numpy as np
 from scipy.spatial.transform import Rotation, Slerp
 
-from velobins_common.constants import RPM_TO_RAD_PER_S
+from velobins_common.constants import ROTOR_SPEED, RPM_TO_RAD_PER_S
 from velobins_common.interp import interp_columns
 from velobins_data.bag import bag_messages
 from velobins_data.datasets.errors import DatasetError, describe
@@ -182,7 +182,7 @@ def load_aiio_hdf5(
         acc=arrays[f"accel_{imu}"][keep],
         gyro=arrays[f"gyro_{imu}"][keep],
         rotor=np.abs(arrays["rotor_spd"][keep]) * RPM_TO_RAD_PER_S,
-        rotor_kind="rpm",
+        rotor_kind=ROTOR_SPEED,
         p=p,
         q=q,
         v=v,
@@ -304,7 +304,7 @@ def load_aiio_mcap(path: str | Path, *, velocity: VelocityFrame = DEFAULT_VELOCI
         acc=imu[:, 1:4],
         gyro=imu[:, 4:7],
         rotor=rotor,
-        rotor_kind="rpm",
+        rotor_kind=ROTOR_SPEED,
         p=p,
         q=q,
         v=v,

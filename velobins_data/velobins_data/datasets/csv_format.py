@@ -10,21 +10,23 @@ columns                             unit     meaning
 ``t``                               s        stamp, strictly increasing
 ``acc_x acc_y acc_z``               m/s^2    body (FLU) specific force; hover reads +g on z
 ``gyro_x gyro_y gyro_z``            rad/s    body (FLU) angular rate
-``rpm_1 .. rpm_K`` *or*             rad/s    rotor speeds (despite the name), K >= 1
-``pwm_1 .. pwm_K``                  1        rotor commands normalised to [0, 1]
+``speed_1 .. speed_K`` *or*         rad/s    rotor speeds, K >= 1
+``command_1 .. command_K``          1        rotor commands normalised to [0, 1]
 ``p_x p_y p_z``                     m        ground-truth position, world ENU (z up)
 ``q_x q_y q_z q_w``                 1        ground-truth orientation body->world
 ``v_x v_y v_z``                     m/s      ground-truth velocity, world ENU
 ==================================  =======  ============================================
 
-The rotor kind is the rotor columns' prefix (``rpm_`` or ``pwm_``) and K is their count, numbered
-from 1 without gaps. An optional ``# rotors: K`` comment is checked against the columns. Column
-order is free; unknown columns are an error (so a typo cannot silently drop data). Example::
+The rotor kind is the rotor columns' prefix (``speed_`` or ``command_``) and K is their count,
+numbered from 1 without gaps. Version 1 files (``# velobins-csv: 1``) named them ``rpm_`` (rad/s,
+despite the name) and ``pwm_``; those prefixes are still read, as the same kinds. An optional
+``# rotors: K`` comment is checked against the columns. Column order is free; unknown columns are
+an error (so a typo cannot silently drop data). Example::
 
-    # velobins-csv: 1
+    # velobins-csv: 2
     # platform: my-quad
     # gravity: 9.80665
-    t,acc_x,acc_y,acc_z,gyro_x,gyro_y,gyro_z,rpm_1,rpm_2,rpm_3,rpm_4,p_x,p_y,p_z,q_x,q_y,q_z,q_w,v_x,v_y,v_z
+    t,acc_x,acc_y,acc_z,gyro_x,gyro_y,gyro_z,speed_1,speed_2,speed_3,speed_4,p_x,p_y,p_z,q_x,q_y,q_z,q_w,v_x,v_y,v_z
 """
 
 from __future__ import annotations
@@ -35,12 +37,15 @@ from typing import Any
 
 import numpy as np
 
+from velobins_common.constants import LEGACY_ROTOR_KINDS, ROTOR_KINDS, ROTOR_SPEED, canonical_rotor_kind
 from velobins_data.datasets.errors import DatasetError
 from velobins_data.datasets.tabular import read_table
-from velobins_data.flight import ROTOR_KINDS, Flight
+from velobins_data.flight import Flight
 
-FORMAT_VERSION = "1"
-"""Value of the ``# velobins-csv:`` comment written by :func:`write_csv`."""
+FORMAT_VERSION = "2"
+"""Value of the ``# velobins-csv:`` comment written by :func:`write_csv` (2: rotor columns ``speed_``/``command_``)."""
+READ_VERSIONS = ("1", FORMAT_VERSION)
+"""Versions :func:`read_csv` reads (1: rotor columns ``rpm_``/``pwm_``)."""
 
 FIXED_COLUMNS: dict[str, tuple[str, ...]] = {
     "t": ("t",),
@@ -52,11 +57,11 @@ FIXED_COLUMNS: dict[str, tuple[str, ...]] = {
 }
 """Flight field -> its CSV columns (rotor columns are added per K and kind)."""
 
-_ROTOR_RE = re.compile(r"^(rpm|pwm)_(\d+)$")
+_ROTOR_RE = re.compile(rf"^({'|'.join((*ROTOR_KINDS, *LEGACY_ROTOR_KINDS))})_(\d+)$")
 _WRITTEN_METADATA = ("platform", "gravity", "dataset")
 
 
-def expected_header(rotor_kind: str = "rpm", num_rotors: int = 4) -> str:
+def expected_header(rotor_kind: str = ROTOR_SPEED, num_rotors: int = 4) -> str:
     """The canonical header line for ``num_rotors`` rotors of ``rotor_kind``."""
     rotor = [f"{rotor_kind}_{i}" for i in range(1, num_rotors + 1)]
     cols = [*FIXED_COLUMNS["t"], *FIXED_COLUMNS["acc"], *FIXED_COLUMNS["gyro"], *rotor]
@@ -86,17 +91,19 @@ def _rotor_columns(source: str, columns: list[str]) -> tuple[str, list[str]]:
     found = [(m.group(1), int(m.group(2)), c) for c in columns if (m := _ROTOR_RE.match(c))]
     if not found:
         raise DatasetError(
-            source, "rpm_1", f"no rotor columns (rpm_1..rpm_K or pwm_1..pwm_K); expected header: {expected_header()}"
+            source,
+            "speed_1",
+            f"no rotor columns (speed_1..speed_K or command_1..command_K); expected header: {expected_header()}",
         )
-    kinds = {k for k, _, _ in found}
-    if len(kinds) > 1:
-        raise DatasetError(source, found[0][2], "rotor columns mix rpm_ and pwm_; use one kind")
-    kind = kinds.pop()
+    prefixes = {k for k, _, _ in found}
+    if len(prefixes) > 1:
+        mixed = " and ".join(f"{k}_" for k in sorted(prefixes))
+        raise DatasetError(source, found[0][2], f"rotor columns mix {mixed}; use one kind")
+    prefix = prefixes.pop()
     numbers = sorted(n for _, n, _ in found)
     if numbers != list(range(1, len(numbers) + 1)):
-        raise DatasetError(source, f"{kind}_*", f"rotor columns must be numbered 1..K without gaps, got {numbers}")
-    assert kind in ROTOR_KINDS
-    return kind, [f"{kind}_{n}" for n in numbers]
+        raise DatasetError(source, f"{prefix}_*", f"rotor columns must be numbered 1..K without gaps, got {numbers}")
+    return prefix, [f"{prefix}_{n}" for n in numbers]
 
 
 def read_csv(path: str | Path) -> Flight:
@@ -108,8 +115,12 @@ def read_csv(path: str | Path) -> Flight:
     """
     source = str(path)
     table = read_table(path)
-    kind, rotor_cols = _rotor_columns(source, table.columns)
-    header = expected_header(kind, len(rotor_cols))
+    version = table.comments.get("velobins-csv", FORMAT_VERSION).strip()
+    if version not in READ_VERSIONS:
+        raise DatasetError(source, "# velobins-csv", f"format version {version!r}; this code reads {READ_VERSIONS}")
+    prefix, rotor_cols = _rotor_columns(source, table.columns)
+    kind = canonical_rotor_kind(prefix)
+    header = expected_header(prefix, len(rotor_cols))
     required = [c for cols in FIXED_COLUMNS.values() for c in cols]
     missing = [c for c in required if c not in table.columns]
     unknown = [c for c in table.columns if c not in required and c not in rotor_cols]
@@ -122,7 +133,7 @@ def read_csv(path: str | Path) -> Flight:
     declared = table.comments.get("rotors")
     if declared is not None and declared.strip() != str(len(rotor_cols)):
         raise DatasetError(
-            source, f"{kind}_*", f"'# rotors: {declared}' but the header has {len(rotor_cols)} rotor columns"
+            source, f"{prefix}_*", f"'# rotors: {declared}' but the header has {len(rotor_cols)} rotor columns"
         )
     t = table.get(FIXED_COLUMNS["t"])[:, 0]
     dt = np.diff(t)

@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from velobins_common.constants import ROTOR_COMMAND
 from velobins_data.datasets.errors import DatasetError, UnusableFlightError, describe
 from velobins_data.datasets.tabular import monotonic_rows, read_table, require_columns
 from velobins_data.flight import STANDARD_GRAVITY, Flight
@@ -246,7 +247,7 @@ def load_nanobench(path: str | Path, *, gravity: float | None = None, min_flight
         acc=acc_g[sl] * g,
         gyro=gyro[sl],
         rotor=pwm[sl] / PWM_MAX,
-        rotor_kind="pwm",
+        rotor_kind=ROTOR_COMMAND,
         p=table.get(POS_COLUMNS)[keep][sl],
         q=table.get(QUAT_COLUMNS)[keep][sl],
         v=table.get(VEL_COLUMNS)[keep][sl],

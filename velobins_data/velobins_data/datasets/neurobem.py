@@ -27,6 +27,7 @@ from pathlib import Path
 
 from scipy.spatial.transform import Rotation
 
+from velobins_common.constants import ROTOR_SPEED
 from velobins_data.datasets.errors import DatasetError
 from velobins_data.datasets.tabular import monotonic_rows, read_table, require_columns
 from velobins_data.flight import STANDARD_GRAVITY, Flight
@@ -69,7 +70,7 @@ def load_neurobem(path: str | Path) -> Flight:
         acc=table.get(ACC_COLUMNS)[keep],
         gyro=table.get(GYRO_COLUMNS)[keep],
         rotor=rotor,
-        rotor_kind="rpm",
+        rotor_kind=ROTOR_SPEED,
         p=table.get(POS_COLUMNS)[keep],
         q=q,
         v=Rotation.from_quat(q).apply(v_body),

@@ -48,6 +48,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
+from velobins_common.constants import ROTOR_COMMAND
 from velobins_data.datasets.errors import DatasetError
 from velobins_data.datasets.frames import (
     FRD_TO_FLU,
@@ -124,7 +125,7 @@ def load_tiiratm(path: str | Path, *, body_frame: BodyFrame = "auto", attitude_f
         acc=acc,
         gyro=gyro,
         rotor=thrust,
-        rotor_kind="pwm",
+        rotor_kind=ROTOR_COMMAND,
         p=table.get(POS_COLUMNS)[keep],
         q=q,
         v=table.get(VEL_COLUMNS)[keep],

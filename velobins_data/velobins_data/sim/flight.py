@@ -28,6 +28,7 @@ from rotorpy.controllers.quadrotor_control import SE3Control
 from rotorpy.vehicles.multirotor import Multirotor
 from scipy.spatial.transform import Rotation
 
+from velobins_common.constants import ROTOR_COMMAND
 from velobins_data.flight import Flight
 from velobins_data.sim.imu import draw_imu_errors
 from velobins_data.sim.presets import ROTOR_ORDER, Preset, get_preset
@@ -223,7 +224,7 @@ def simulate_flight(
         gyro += err.gyro_bias + err.gyro_noise
         if preset.rotor_noise_std > 0.0:
             rotor = rotor + rngs["rotor"].normal(0.0, preset.rotor_noise_std, size=rotor.shape)
-            rotor = np.clip(rotor, 0.0, 1.0) if preset.rotor_kind == "pwm" else np.maximum(rotor, 0.0)
+            rotor = np.clip(rotor, 0.0, 1.0) if preset.rotor_kind == ROTOR_COMMAND else np.maximum(rotor, 0.0)
 
     tracking = np.linalg.norm(log.p - log.reference, axis=1)
     metadata: dict[str, Any] = {

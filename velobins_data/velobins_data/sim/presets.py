@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 from rotorpy.vehicles.crazyflie_params import quad_params as _CRAZYFLIE_PARAMS
 
-from velobins_common.constants import RPM_TO_RAD_PER_S
+from velobins_common.constants import ROTOR_COMMAND, ROTOR_KINDS, ROTOR_SPEED, RPM_TO_RAD_PER_S
 
 ROTOR_ORDER = ("front_left", "front_right", "rear_right", "rear_left")
 """Column order of the rotor signal (rotorpy's ``r1..r4`` in a body FLU X layout)."""
@@ -114,8 +114,8 @@ class Preset:
         name: preset key (``nano``, ``racer``, ``rpm``); also the Flight ``platform``.
         description: one line for humans.
         quad_params: rotorpy parameter dict (``Multirotor`` / ``SE3Control`` input).
-        rotor_kind: ``"pwm"`` (log the command through ``pwm_map``) or ``"rpm"`` (log measured speed, rad/s).
-        pwm_map: speed→command map, required when ``rotor_kind == "pwm"``.
+        rotor_kind: ``"command"`` (log the command through ``pwm_map``) or ``"speed"`` (log measured speed, rad/s).
+        pwm_map: speed→command map, required when ``rotor_kind == "command"``.
         rotor_noise_std: white noise added to the logged rotor signal, in its own unit.
         rate_hz: control and sensor rate [Hz]: one controller update and one logged sample per period.
         substeps: fixed RK4 integration steps per control period (integration step = 1/(rate·substeps)).
@@ -148,10 +148,10 @@ class Preset:
     reference: str
 
     def __post_init__(self) -> None:
-        if self.rotor_kind not in ("pwm", "rpm"):
-            raise ValueError(f"preset {self.name!r}: 'rotor_kind' must be 'pwm' or 'rpm', not {self.rotor_kind!r}")
-        if self.rotor_kind == "pwm" and self.pwm_map is None:
-            raise ValueError(f"preset {self.name!r}: field 'pwm_map' is required for rotor_kind 'pwm'")
+        if self.rotor_kind not in ROTOR_KINDS:
+            raise ValueError(f"preset {self.name!r}: 'rotor_kind' {self.rotor_kind!r} is not one of {ROTOR_KINDS}")
+        if self.rotor_kind == ROTOR_COMMAND and self.pwm_map is None:
+            raise ValueError(f"preset {self.name!r}: field 'pwm_map' is required for rotor_kind {ROTOR_COMMAND!r}")
         if self.rate_hz <= 0 or self.substeps < 1:
             raise ValueError(f"preset {self.name!r}: fields 'rate_hz'/'substeps' must be positive")
         for mode in self.yaw_modes:
@@ -169,15 +169,15 @@ class Preset:
         return math.sqrt(self.mass * 9.81 / (self.quad_params["num_rotors"] * self.quad_params["k_eta"]))
 
     def rotor_signal(self, commanded_speed: np.ndarray, measured_speed: np.ndarray) -> np.ndarray:
-        """The logged rotor signal: command through :attr:`pwm_map` (pwm) or the measured speed (rpm)."""
-        if self.rotor_kind == "pwm":
+        """The logged rotor signal: command through :attr:`pwm_map` or the measured speed [rad/s]."""
+        if self.rotor_kind == ROTOR_COMMAND:
             assert self.pwm_map is not None
             return self.pwm_map.to_command(commanded_speed)
         return np.asarray(measured_speed, dtype=np.float64)
 
     def rotor_speed_from_signal(self, signal: np.ndarray) -> np.ndarray:
-        """Rotor speed [rad/s] from a logged signal (steady-state inverse for pwm)."""
-        if self.rotor_kind == "pwm":
+        """Rotor speed [rad/s] from a logged signal (steady-state inverse for a command)."""
+        if self.rotor_kind == ROTOR_COMMAND:
             assert self.pwm_map is not None
             return self.pwm_map.to_speed(signal)
         return np.asarray(signal, dtype=np.float64)
@@ -214,7 +214,7 @@ def _nano() -> Preset:
         name="nano",
         description="Crazyflie 2.x class nano quadrotor, commanded PWM, 100 Hz, NanoBench-like speeds (<= 2 m/s)",
         quad_params=params,
-        rotor_kind="pwm",
+        rotor_kind=ROTOR_COMMAND,
         pwm_map=PwmMap(
             omega_at_zero=_CF_OMEGA_AT_ZERO,
             omega_at_full=_CF_OMEGA_AT_FULL,
@@ -284,7 +284,7 @@ def _racer() -> Preset:
         name="racer",
         description="5-inch racing quadrotor, commanded throttle, 200 Hz, TII-RATM-like speeds (up to ~20 m/s)",
         quad_params=params,
-        rotor_kind="pwm",
+        rotor_kind=ROTOR_COMMAND,
         pwm_map=PwmMap(
             omega_at_zero=0.0,
             omega_at_full=_RACER_OMEGA_MAX,
@@ -357,7 +357,7 @@ def _rpm() -> Preset:
         name="rpm",
         description="0.75 kg agile quadrotor with ESC telemetry (rad/s), 200 Hz, NeuroBEM/AI-IO-like speeds",
         quad_params=params,
-        rotor_kind="rpm",
+        rotor_kind=ROTOR_SPEED,
         pwm_map=None,
         rotor_noise_std=5.0,  # rad/s, ESC telemetry jitter (~0.5 % of hover speed)
         rate_hz=200.0,

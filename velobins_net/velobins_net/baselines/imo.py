@@ -21,8 +21,8 @@ displacement frame; IMO's world frame differs from it by that one yaw per window
 could not know). (2) A log-σ head (Linear on the same last-step feature, clamped at log 1e-3 as
 TLIO) so the EKF gets a covariance; trained by the Gaussian NLL after the Huber warm-up.
 (3) Window ``cfg.window_len`` (1 s) instead of 0.5 s. (4) Thrust: no thrust coefficient or mass in
-NanoBench, so the collective thrust is the proxy f = c · Σ_k r_k, r_k = ω_k² (rpm, thrust ∝ ω²) or
-the PWM command u_k (pwm; Crazyflie commands are thrust set-points), with c = g / Σ_k mean(r_k) from
+NanoBench, so the collective thrust is the proxy f = c · Σ_k r_k, r_k = ω_k² (kind speed, thrust ∝ ω²) or
+the PWM command u_k (kind command; Crazyflie commands are thrust set-points), with c = g / Σ_k mean(r_k) from
 the training statistics (``set_normalization``): the training-average thrust is taken as g (hover
 on average). Before statistics are installed c = 1. The thrust vector is f · R(t) e_z.
 """
@@ -33,7 +33,7 @@ import torch
 from torch import nn
 from torch.nn.utils import parametrizations
 
-from velobins_common.constants import STANDARD_GRAVITY
+from velobins_common.constants import ROTOR_SPEED, STANDARD_GRAVITY
 
 from ..config import MIN_LOG_STD, ModelConfig
 from ..model import NetOutput
@@ -100,8 +100,8 @@ class TCN(nn.Module):
 
 
 def collective_thrust(rotor: torch.Tensor, rotor_kind: str, scale: torch.Tensor) -> torch.Tensor:
-    """Thrust proxy f (B, T) [m/s²]: scale · Σ_k ω_k² (rpm) or scale · Σ_k u_k (pwm)."""
-    r = rotor.square() if rotor_kind == "rpm" else rotor
+    """Thrust proxy f (B, T) [m/s²]: scale · Σ_k ω_k² (rotor speeds) or scale · Σ_k u_k (commands)."""
+    r = rotor.square() if rotor_kind == ROTOR_SPEED else rotor
     return scale * r.sum(-1)
 
 
