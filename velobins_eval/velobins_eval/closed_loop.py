@@ -67,7 +67,7 @@ def closed_loop_flight(model, seq: Flight, method: str, predictor_config=None, e
         if pred is None:
             return
         if displacement:
-            filt.add_displacement(pred.t_start, pred.stamp, pred.velocity, pred.covariance_matrix())
+            filt.add_displacement(pred.t_start, pred.stamp, pred.displacement, pred.covariance_matrix())
         else:
             filt.add_velocity(pred.stamp, pred.velocity, pred.covariance_matrix())
             net[pred.stamp] = (pred.velocity, pred.variance)

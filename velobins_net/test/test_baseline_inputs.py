@@ -151,6 +151,9 @@ def test_streaming_predictor_needs_the_filter_attitude_and_reports_the_window_st
     assert pred.counts["no_attitude"] > 0 and outs
     first = outs[0]
     assert first.kind == "displacement" and first.t_start == pytest.approx(first.stamp - 0.99)
+    assert first.displacement is first.measurement  # a displacement is named as one, never as a velocity
+    with pytest.raises(ValueError, match="measures displacement, not velocity"):
+        _ = first.velocity
     assert first.t_start >= 0.3 - 1e-9  # the estimates must reach back to the window start
     win = model.seen[0]
     grid = first.stamp + (np.arange(100) - 99) / 100.0

@@ -63,6 +63,9 @@ def test_streaming_rate_window_and_equivalence():
         ref = model(x)
     np.testing.assert_allclose(last.velocity, ref.v[0].numpy(), rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(last.variance, ref.var[0].numpy(), rtol=1e-4, atol=1e-6)
+    assert last.kind == "velocity" and last.velocity is last.measurement
+    with pytest.raises(ValueError, match="measures velocity, not displacement"):
+        _ = last.displacement
 
 
 def test_streaming_rejects_stale_rotor_and_bad_samples():

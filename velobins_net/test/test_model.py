@@ -71,11 +71,19 @@ def test_bin_encoding_cache_is_used_without_gradients_and_follows_parameters():
 
 
 def test_cached_features_usable_outside_inference_mode_with_grad():
+    torch.manual_seed(0)
     model = VeloBinsNet(ModelConfig(num_bins=16)).eval()
+    x = torch.randn(2, 100, 10)
     with torch.inference_mode():
-        model(torch.randn(1, 100, 10))
-    out = model(torch.randn(2, 100, 10, requires_grad=True))  # no "inference tensor" error
+        ref = model(x)  # fills the inference cache of derived weights
+    xg = x.clone().requires_grad_(True)
+    out = model(xg)  # no "inference tensor" error, and the same numbers as in inference mode
+    torch.testing.assert_close(out.v, ref.v)
+    torch.testing.assert_close(out.var, ref.var)
     out.v.sum().backward()
+    assert xg.grad is not None and torch.isfinite(xg.grad).all() and xg.grad.abs().sum() > 0
+    no_grad = [n for n, p in model.named_parameters() if p.requires_grad and p.grad is None]
+    assert not no_grad, f"the cached path cut the gradient of {no_grad}"
 
 
 def test_decode_matches_definitions():

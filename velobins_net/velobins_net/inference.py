@@ -54,9 +54,10 @@ class Prediction:
 
     Attributes:
         stamp: time of the window's last sample (the latest IMU stamp) [s].
-        velocity: (3,) the network's output: body-frame velocity v̂ [m/s], or for a displacement
-            method (``kind``) the displacement over [t_start, stamp] in the gravity-aligned frame
-            of t_start [m].
+        measurement: (3,) what the network measures, by ``kind``: the body-frame velocity v̂ [m/s]
+            (VeloBins, AI-IO, AirIO), or the displacement over [t_start, stamp] in the
+            gravity-aligned frame of t_start [m] (TLIO, EqNIO, IMO). :attr:`velocity` and
+            :attr:`displacement` name it and refuse the other kind.
         variance: (3,) its variance σ̂² [m²/s² or m²] (the diagonal of ``covariance``).
         probs: (3, N) bin distribution π, or None (not requested / regression model).
         kind: ``"velocity"`` or ``"displacement"`` (``ModelConfig.output_kind``).
@@ -65,12 +66,27 @@ class Prediction:
     """
 
     stamp: float
-    velocity: np.ndarray
+    measurement: np.ndarray
     variance: np.ndarray
     probs: np.ndarray | None = None
     kind: str = "velocity"
     t_start: float = float("nan")
     covariance: np.ndarray | None = None
+
+    @property
+    def velocity(self) -> np.ndarray:
+        """(3,) body-frame velocity v̂ [m/s] of a velocity method (ValueError for a displacement method)."""
+        return self._measurement_of("velocity")
+
+    @property
+    def displacement(self) -> np.ndarray:
+        """(3,) displacement [m] over [t_start, stamp] of a displacement method (ValueError otherwise)."""
+        return self._measurement_of("displacement")
+
+    def _measurement_of(self, kind: str) -> np.ndarray:
+        if self.kind != kind:
+            raise ValueError(f"Prediction: this model measures {self.kind}, not {kind} (read .measurement)")
+        return self.measurement
 
     def covariance_matrix(self) -> np.ndarray:
         """(3, 3) covariance: ``covariance`` when given, else diag(``variance``)."""

@@ -320,7 +320,7 @@ class VeloBinsNetNode(Node):
         if prediction is None:
             self._check_silence()
             return
-        if not (np.all(np.isfinite(prediction.velocity)) and np.all(np.isfinite(prediction.covariance_matrix()))):
+        if not (np.all(np.isfinite(prediction.measurement)) and np.all(np.isfinite(prediction.covariance_matrix()))):
             self.drops.drop("non_finite_output", "network produced NaN/inf; not published")
             self._check_silence()
             return
@@ -354,12 +354,12 @@ class VeloBinsNetNode(Node):
         self._last_out = time.monotonic()
 
     def publish_displacement(self, stamp, prediction) -> None:
-        """``Displacement`` over [t_start, stamp] in the yaw frame of t_start (``prediction.velocity`` holds it)."""
+        """``Displacement`` over [t_start, stamp] in the yaw frame of t_start (``prediction.displacement``)."""
         out = Displacement()
         out.header.stamp = stamp
         out.header.frame_id = self.config.frame_prefix + self.config.odom_frame
         sec_to_stamp(prediction.t_start, out.start)
-        set_xyz(out.displacement, prediction.velocity)
+        set_xyz(out.displacement, prediction.displacement)
         cov = prediction.covariance_matrix()
         out.covariance = (0.5 * (cov + cov.T)).reshape(-1).tolist()
         self.disp_pub.publish(out)
