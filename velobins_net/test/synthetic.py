@@ -3,43 +3,24 @@
 Body velocity follows a random smooth planar path; the specific force carries a drag term
 f_xy = −k v_xy (rotor drag, as in real multirotors), so the velocity is observable from the
 accelerometer alone and a small network can learn it. Orientation is identity, so body
-velocity = world velocity.
+velocity = world velocity. The flights are real :class:`~velobins_data.flight.Flight` objects
+(validated on construction), the type the network's data layer takes.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
-
 import numpy as np
 
-from velobins_common.constants import STANDARD_GRAVITY
+from velobins_common.constants import ROTOR_COMMAND, STANDARD_GRAVITY
+from velobins_data.flight import Flight
 
 DRAG_K = 0.6
 """Drag coefficient k [1/s] of f_xy = −k v_xy."""
 
 
-@dataclass
-class FakeSequence:
-    """Minimal object with the Flight attributes used by velobins_net (duck typing)."""
-
-    name: str
-    t: np.ndarray
-    acc: np.ndarray
-    gyro: np.ndarray
-    rotor: np.ndarray
-    rotor_kind: str
-    p: np.ndarray
-    q: np.ndarray
-    v: np.ndarray
-    metadata: dict[str, Any] = field(default_factory=dict)
-
-    def body_velocity(self) -> np.ndarray:
-        """Identity attitude: body velocity equals world velocity."""
-        return self.v.copy()
-
-
-def make_flight(seed: int, duration: float = 20.0, rate: float = 100.0, kind: str = "command", rotors: int = 4):
+def make_flight(
+    seed: int, duration: float = 20.0, rate: float = 100.0, kind: str = ROTOR_COMMAND, rotors: int = 4
+) -> Flight:
     """One flight with velocity-dependent drag in the accelerometer."""
     rng = np.random.default_rng(seed)
     t = np.arange(int(duration * rate)) / rate
@@ -53,10 +34,10 @@ def make_flight(seed: int, duration: float = 20.0, rate: float = 100.0, kind: st
     acc[:, 2] = STANDARD_GRAVITY
     acc += rng.normal(0, 0.02, acc.shape)
     gyro = rng.normal(0, 0.01, (len(t), 3))
-    base = 0.5 if kind == "command" else 1500.0
+    base = 0.5 if kind == ROTOR_COMMAND else 1500.0
     rotor = base * (1 + 0.05 * rng.standard_normal((len(t), rotors)))
-    if kind == "command":
+    if kind == ROTOR_COMMAND:
         rotor = np.clip(rotor, 0.0, 1.0)
     p = np.cumsum(v, axis=0) / rate
     q = np.tile([0.0, 0.0, 0.0, 1.0], (len(t), 1))
-    return FakeSequence(f"synthetic_{seed}", t, acc, gyro, rotor, kind, p, q, v, {"source": f"synthetic:{seed}"})
+    return Flight(f"synthetic_{seed}", t, acc, gyro, rotor, kind, p, q, v, {"source": f"synthetic:{seed}"})

@@ -3,6 +3,8 @@ the filter's attitude on a stream (slerp between estimates, carried forward with
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from scipy.spatial.transform import Rotation
@@ -53,11 +55,8 @@ def test_attitude_window_refuses_stale_or_late_estimates():
 def _tumbling_flight():
     flight = make_flight(3, duration=6.0)
     rot = _truth(flight.t)
-    flight.q = rot.as_quat()
-    flight.v = rot.apply(flight.v)  # world velocity of the same body velocity
-    flight.p = np.cumsum(flight.v, axis=0) / 100.0
-    flight.body_velocity = lambda: Rotation.from_quat(flight.q).inv().apply(flight.v)  # FakeSequence assumes R = I
-    return flight
+    v = rot.apply(flight.v)  # world velocity of the same body velocity
+    return dataclasses.replace(flight, q=rot.as_quat(), v=v, p=np.cumsum(v, axis=0) / 100.0)
 
 
 def test_training_windows_carry_attitude_and_yaw_frame_displacements():
@@ -89,9 +88,8 @@ def test_displacement_targets_ignore_a_world_yaw():
     flight = _tumbling_flight()
     _, y = flight_arrays(flight, _baseline_cfg("imo"))
     turn = Rotation.from_euler("z", 123.0, degrees=True)
-    flight.q = (turn * Rotation.from_quat(flight.q)).as_quat()
-    flight.p = turn.apply(flight.p)
-    _, y_turned = flight_arrays(flight, _baseline_cfg("imo"))
+    turned = dataclasses.replace(flight, q=(turn * Rotation.from_quat(flight.q)).as_quat(), p=turn.apply(flight.p))
+    _, y_turned = flight_arrays(turned, _baseline_cfg("imo"))
     np.testing.assert_allclose(y_turned, y, atol=1e-9)
 
 
