@@ -16,11 +16,12 @@ setup(
     zip_safe=True,
     maintainer="VeloBins maintainers",
     maintainer_email="maintainers@velobins.dev",
-    description="Bridges between autopilot topics and VeloBins: rotor speeds in (pure core + thin node).",
+    description="Bridges between autopilot topics and VeloBins: rotor speeds and IMU in, odometry out.",
     license="BSD-3-Clause",
     entry_points={
         "console_scripts": [
             "velobins_rotor_bridge = velobins_bridges.rotor_node:main",
+            "velobins_imu_bridge = velobins_bridges.imu_node:main",
         ],
     },
 )

@@ -20,16 +20,13 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
+from velobins_bridges.messages import Drop
 from velobins_bridges.rotor import (
     KINDS,
     BridgeConfig,
-    Drop,
     HoldLast,
     RotorConverter,
     Sample,
-    install_hint,
-    parse_path,
-    resolve,
 )
 from velobins_common.fields import coerce_value
 
@@ -201,15 +198,6 @@ def test_crazyflie_pwm_is_normalised_by_65535() -> None:
 
 
 # ---------------------------------------------------------------- options
-def test_paths() -> None:
-    assert parse_path("esc_status[].rpm") == (("esc_status", True), ("rpm", False))
-    msg = SimpleNamespace(a=SimpleNamespace(b=[SimpleNamespace(c=1), SimpleNamespace(c=2)]))
-    assert resolve(msg, "a.b[].c") == [1, 2]
-    for bad in ("", "a..b", "a[0]", "a.b[]x", "1a"):
-        with pytest.raises(ValueError, match="bad field path"):
-            parse_path(bad)
-
-
 def test_motor_order_and_sign_modes() -> None:
     msg = SimpleNamespace(header=header(1.0), v=[10.0, -20.0, 30.0, -40.0, 50.0])
     base = {"field": "v", "num_rotors": 3, "motor_order": (4, 0, 1)}
@@ -280,12 +268,6 @@ def test_kinds_match_the_message_constants() -> None:
     msg_mod = pytest.importorskip("velobins_msgs.msg")
     rs = msg_mod.RotorSpeeds
     assert [KINDS.index(k) for k in KINDS] == [rs.KIND_RAD_PER_SEC, rs.KIND_RPM, rs.KIND_NORMALIZED]
-
-
-def test_install_hint_names_the_package() -> None:
-    assert "mavros-msgs" in install_hint("mavros_msgs")
-    assert "github.com/PX4/px4_msgs" in install_hint("px4_msgs")
-    assert "crazyswarm2" in install_hint("crazyflie_interfaces")
 
 
 # ---------------------------------------------------------------- hold-last

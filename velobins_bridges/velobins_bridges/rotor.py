@@ -3,7 +3,7 @@
 Autopilots and simulators publish per-rotor signals in their own messages (mavros ``ESCStatus`` /
 ``ESCTelemetry``, px4_msgs ``EscStatus`` / ``ActuatorMotors``, ``sensor_msgs/JointState``,
 Crazyswarm2 ``LogDataGeneric``). The network node reads only ``velobins_msgs/RotorSpeeds``; the
-bridge node (``bridge_node.py``, a thin adapter) feeds each incoming message to
+bridge node (``rotor_node.py``, a thin adapter) feeds each incoming message to
 :class:`RotorConverter` here and publishes what it returns. Nothing here imports rclpy or a message
 package: a message is any object with attribute access, so the core is tested with stand-ins.
 
@@ -30,21 +30,18 @@ flying on a frozen value.
 from __future__ import annotations
 
 import math
-import os
-import re
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from velobins_common.fields import param
+
+from .messages import Drop, check_paths, header_stamp, parse_path, parse_type_name, resolve
 
 KINDS = ("rad_per_sec", "rpm", "normalized")
 """Output kinds, in the order of RotorSpeeds' KIND_* constants (0, 1, 2)."""
 SIGN_MODES = ("abs", "keep", "drop_negative")
 NAN_MODES = ("drop", "zero")
 STAMP_SOURCES = ("header", "receive", "field")
-
-_TYPE_NAME = re.compile(r"^([A-Za-z_]\w*)/msg/([A-Za-z_]\w*)$")
-_SEGMENT = re.compile(r"^([A-Za-z_]\w*)(\[\])?$")
 
 
 @dataclass(frozen=True)
@@ -124,66 +121,11 @@ class BridgeConfig:
         return self.motor_order or tuple(range(self.num_rotors))
 
 
-def parse_type_name(name: str) -> tuple[str, str]:
-    """``"mavros_msgs/msg/ESCStatus"`` -> ``("mavros_msgs", "ESCStatus")``; ValueError otherwise."""
-    match = _TYPE_NAME.match(name)
-    if match is None:
-        raise ValueError(f"'input_type' must look like '<package>/msg/<Type>', got {name!r}")
-    return match.group(1), match.group(2)
-
-
-def parse_path(path: str) -> tuple[tuple[str, bool], ...]:
-    """``"esc_status[].rpm"`` -> ``(("esc_status", True), ("rpm", False))``: names, and whether each
-    is a list walked element by element."""
-    parts = tuple(_SEGMENT.match(p) for p in path.split("."))
-    if not path or any(m is None for m in parts):
-        raise ValueError(f"bad field path {path!r}: use names joined by '.', '[]' after a list of sub-messages")
-    return tuple((m.group(1), m.group(2) is not None) for m in parts)  # type: ignore[union-attr]
-
-
-def resolve(msg: Any, path: str) -> Any:
-    """The value at ``path`` in ``msg`` (a list for paths through ``[]``); AttributeError if absent."""
-    values = [msg]
-    expanded = False
-    for name, is_list in parse_path(path):
-        values = [getattr(v, name) for v in values]
-        if is_list:
-            values = [item for v in values for item in v]
-            expanded = True
-    return values if expanded else values[0]
-
-
-def install_hint(package: str) -> str:
-    """How to get the message package ``package`` (one line, for the node's fatal message)."""
-    distro = os.environ.get("ROS_DISTRO") or "$ROS_DISTRO"
-    if package == "px4_msgs":
-        return "build px4_msgs (github.com/PX4/px4_msgs, the branch matching your PX4) in your workspace"
-    apt = f"ros-{distro}-{package.replace('_', '-')}"
-    if package == "crazyflie_interfaces":
-        return f"install {apt} or build Crazyswarm2 (github.com/IMRCLab/crazyswarm2) in your workspace"
-    return f"install it: sudo apt install {apt} (or build it in your workspace)"
-
-
-def _field_names(obj: Any) -> list[str]:
-    """The fields of a message (rosidl's ``get_fields_and_field_types``) or a plain object."""
-    getter = getattr(obj, "get_fields_and_field_types", None)
-    if getter is not None:
-        return list(getter())
-    return sorted(vars(obj)) if hasattr(obj, "__dict__") else []
-
-
 class Sample(NamedTuple):
     """A converted sample: stamp [s] and one value per rotor in the vehicle's motor order."""
 
     stamp: float
     speeds: tuple[float, ...]
-
-
-class Drop(NamedTuple):
-    """Why a message was not converted: a short reason (the DropCounter key) and a detail line."""
-
-    reason: str
-    detail: str
 
 
 class RotorConverter:
@@ -210,20 +152,7 @@ class RotorConverter:
             paths.append(("stamp_field", cfg.stamp_field))
         if cfg.stamp_source == "header":
             paths.append(("stamp_source", "header.stamp"))
-        for label, path in paths:
-            values = [example]
-            for name, is_list in parse_path(path):
-                if not values:
-                    break
-                missing = [v for v in values if not hasattr(v, name)]
-                if missing:
-                    raise ValueError(
-                        f"'{label}': {cfg.input_type} has no field {name!r} on the way to {path!r} "
-                        f"(fields there: {', '.join(_field_names(missing[0])) or type(missing[0]).__name__})"
-                    )
-                values = [getattr(v, name) for v in values]
-                if is_list:
-                    values = [item for v in values for item in v]
+        check_paths(example, cfg.input_type, paths)
 
     def stamp(self, msg: Any, receive_time: float) -> float:
         """The output stamp [s] of ``msg`` by ``stamp_source``."""
@@ -232,8 +161,7 @@ class RotorConverter:
             return receive_time
         if cfg.stamp_source == "field":
             return float(resolve(msg, cfg.stamp_field)) * cfg.stamp_field_scale
-        stamp = msg.header.stamp
-        return stamp.sec + stamp.nanosec * 1e-9
+        return header_stamp(msg)
 
     def raw_values(self, msg: Any) -> list[float] | Drop:
         """The selected raw values, one per output rotor in output order, before NaN/sign/scale."""

@@ -14,7 +14,6 @@ docs/rotor_bridge.md.
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 from rclpy.node import Node
@@ -22,27 +21,10 @@ from rclpy.node import Node
 from velobins_msgs.msg import RotorSpeeds
 from velobins_ros import DropCounter, declare_config, run_node, sec_to_stamp, sensor_qos
 
-from .rotor import BridgeConfig, Drop, HoldLast, RotorConverter, Sample, install_hint, parse_type_name
+from .messages import Drop, message_class
+from .rotor import BridgeConfig, HoldLast, RotorConverter, Sample
 
 NODE_NAME = "velobins_rotor_bridge"
-
-
-def message_class(type_name: str) -> type:
-    """The Python class of ``<package>/msg/<Type>``; RuntimeError naming the package (and how to
-    install it) when it is not installed, ValueError when it has no such message."""
-    package, name = parse_type_name(type_name)
-    try:
-        module = importlib.import_module(f"{package}.msg")
-    except ModuleNotFoundError as exc:
-        if exc.name is not None and exc.name.split(".")[0] != package:
-            raise
-        raise RuntimeError(
-            f"message package '{package}' (input_type {type_name}) is not installed; {install_hint(package)}"
-        ) from None
-    cls = getattr(module, name, None)
-    if not isinstance(cls, type):
-        raise ValueError(f"'input_type': package '{package}' has no message '{name}'")
-    return cls
 
 
 class RotorBridgeNode(Node):

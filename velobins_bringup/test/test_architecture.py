@@ -54,7 +54,7 @@ LAYERS = {
 nothing imports upwards or sideways within a layer."""
 
 MAX_MODULE_LINES = 500
-NODE_MODULES = ("node", "replay_node", "eval_node", "rotor_node")
+NODE_MODULES = ("node", "replay_node", "eval_node", "rotor_node", "imu_node", "odom_out_node")
 
 
 def modules() -> dict[str, Path]:

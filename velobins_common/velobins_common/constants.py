@@ -48,3 +48,9 @@ UNIT_QUATERNION_TOLERANCE = 1e-3
 rotation enters from outside: a flight's ground truth, an odometry message, a parameter. Loose enough
 for values typed with 4–6 decimals (``0.7071``) or stored as float32, tight enough to reject a vector
 that is not a rotation at all; accepted values are re-normalised exactly."""
+
+DEG_TO_RAD = math.pi / 180.0
+"""Degrees → radians (Crazyflie gyro logs are in deg/s)."""
+
+MICROSECONDS_TO_S = 1.0e-6
+"""Microseconds → seconds (PX4 timestamps and integration periods)."""
