@@ -22,6 +22,7 @@ setup(
         "console_scripts": [
             "velobins_rotor_bridge = velobins_bridges.rotor_node:main",
             "velobins_imu_bridge = velobins_bridges.imu_node:main",
+            "velobins_odom_out = velobins_bridges.odom_out_node:main",
         ],
     },
 )

@@ -28,12 +28,12 @@ from velobins_bridges.imu import (
     ImuBridgeConfig,
     ImuConverter,
     ImuSample,
-    bridge_status,
+    force_problem,
 )
 from velobins_bridges.messages import Drop
 from velobins_common.constants import STANDARD_GRAVITY
 from velobins_common.fields import coerce_value
-from velobins_common.health import ERROR, OK, WARN
+from velobins_common.health import WARN
 
 PRESETS = Path(__file__).resolve().parents[2] / "velobins_bringup" / "config" / "imu_bridge"
 NODE_KEY = "/**/velobins_imu_bridge"
@@ -181,16 +181,11 @@ def test_config_is_validated() -> None:
 
 
 # ---------------------------------------------------------------- health
-def test_status_names_the_first_cause() -> None:
-    assert bridge_status(None, "/cf/imu", 0.5, None, {}).level == ERROR
-    stopped = bridge_status(2.0, "/cf/imu", 0.5, G, {})
-    assert stopped.level == ERROR and "for 2.0 s" in stopped.message
-    assert bridge_status(0.01, "/cf/imu", 0.5, G, {}).level == OK
-    # a g source read as m/s²: about 1 at rest
-    wrong = bridge_status(0.01, "/cf/imu", 0.5, 1.0, {"nan": 1})
-    assert wrong.level == WARN and "acc_unit" in wrong.message
-    dropping = bridge_status(0.01, "/cf/imu", 0.5, G, {"invalid": 3})
-    assert dropping.level == WARN and "invalid ×3" in dropping.message
+def test_unit_check_flags_implausible_specific_force() -> None:
+    assert force_problem(None) is None and force_problem(G) is None and force_problem(2.5 * G) is None
+    as_m_s2 = force_problem(1.0)  # a source in g read as m/s², at rest
+    assert as_m_s2 is not None and as_m_s2.level == WARN and "acc_unit" in as_m_s2.message
+    assert force_problem(G * G) is not None  # a source in m/s² read with acc_unit g
     assert FORCE_RANGE[0] < G < FORCE_RANGE[1] < G * G
 
 

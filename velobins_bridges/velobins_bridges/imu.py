@@ -28,13 +28,13 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from velobins_common.constants import DEG_TO_RAD, MICROSECONDS_TO_S, STANDARD_GRAVITY
 from velobins_common.fields import param
-from velobins_common.health import ERROR, OK, WARN, Status
+from velobins_common.health import WARN, Status
 
 from .messages import Drop, check_paths, header_stamp, parse_path, parse_type_name, resolve
 
@@ -223,29 +223,12 @@ class ForceMeter:
         return sum(self._norms) / len(self._norms) if self._norms else None
 
 
-def bridge_status(
-    input_age: float | None, topic: str, timeout: float, mean_force: float | None, drops: Mapping[str, int]
-) -> Status:
-    """The IMU bridge's state, first cause first.
-
-    Args:
-        input_age: seconds since the last input message (None: none yet).
-        topic: the input topic, for the message.
-        timeout: input silence that counts as stopped [s].
-        mean_force: mean specific-force magnitude of the recent samples [m/s²] (None: none yet).
-        drops: inputs dropped since the last decision, by reason.
-    """
-    if input_age is None:
-        return Status(ERROR, f"no IMU input on {topic} yet")
-    if input_age > timeout:
-        return Status(ERROR, f"no IMU input on {topic} for {input_age:.1f} s")
-    if mean_force is not None and not FORCE_RANGE[0] <= mean_force <= FORCE_RANGE[1]:
-        return Status(
-            WARN,
-            f"mean specific force {mean_force:.2f} m/s² is implausible (at rest it reads "
-            f"{STANDARD_GRAVITY:.2f}): check acc_unit and the acceleration field",
-        )
-    new = {k: v for k, v in drops.items() if v}
-    if new:
-        return Status(WARN, "dropping input: " + ", ".join(f"{k} ×{v}" for k, v in sorted(new.items())))
-    return Status(OK, "converting")
+def force_problem(mean_force: float | None) -> Status | None:
+    """A WARN when the mean specific force of the recent samples [m/s²] is implausible (wrong units), else None."""
+    if mean_force is None or FORCE_RANGE[0] <= mean_force <= FORCE_RANGE[1]:
+        return None
+    return Status(
+        WARN,
+        f"mean specific force {mean_force:.2f} m/s² is implausible (at rest it reads "
+        f"{STANDARD_GRAVITY:.2f}): check acc_unit and the acceleration field",
+    )

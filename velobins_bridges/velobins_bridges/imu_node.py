@@ -24,8 +24,9 @@ from velobins_common.health import CountDelta, RateMeter, Status
 from velobins_ros import DropCounter, declare_config, run_node, sec_to_stamp, sensor_qos, set_xyz
 from velobins_ros.health import Diagnostics, count_values, stream_values
 
-from .imu import ForceMeter, ImuBridgeConfig, ImuConverter, ImuSample, bridge_status
+from .imu import ForceMeter, ImuBridgeConfig, ImuConverter, ImuSample, force_problem
 from .messages import Drop, message_class
+from .status import bridge_status
 
 NODE_NAME = "velobins_imu_bridge"
 
@@ -77,15 +78,13 @@ class ImuBridgeNode(Node):
         self.published += 1
 
     def health(self, now: float) -> Status:
-        """The bridge's state for /diagnostics (decided by :func:`velobins_bridges.imu.bridge_status`)."""
+        """The bridge's state for /diagnostics (decided by :func:`velobins_bridges.status.bridge_status`)."""
         cfg = self.config
         mean_force = self.force.mean()
+        drops = self._new_drops.since(self.drops.counts)
+        age = self.meter.age(now)
         status = bridge_status(
-            self.meter.age(now),
-            self.sub.topic_name,
-            cfg.input_timeout,
-            mean_force,
-            self._new_drops.since(self.drops.counts),
+            "IMU input", self.sub.topic_name, age, cfg.input_timeout, drops, force_problem(mean_force)
         )
         values = stream_values(now, {"IMU input": self.meter})
         values["IMU published"] = str(self.published)
