@@ -85,6 +85,8 @@ def render() -> str:
 
 def _node_sections() -> dict[str, list[tuple[str, object]]]:
     """Node name -> [(parameter prefix, config instance)] for the docs tables."""
+    from velobins_bridges.imu import ImuBridgeConfig
+    from velobins_bridges.odom_out import OdomOutConfig
     from velobins_bridges.rotor import BridgeConfig
     from velobins_ekf.config import EkfConfig
     from velobins_ekf.node import EkfNodeConfig
@@ -97,6 +99,8 @@ def _node_sections() -> dict[str, list[tuple[str, object]]]:
         "velobins_net": [("", NetNodeConfig()), ("predictor.", PredictorConfig())],
         "velobins_ekf": [("", EkfNodeConfig()), ("filter.", EkfConfig())],
         "velobins_rotor_bridge": [("", BridgeConfig())],
+        "velobins_imu_bridge": [("", ImuBridgeConfig())],
+        "velobins_odom_out": [("", OdomOutConfig())],
         "velobins_replay": [("", ReplayConfig())],
         "velobins_eval": [("", EvalNodeConfig())],
     }

@@ -50,6 +50,7 @@ def test_drone_launch_declares_arguments_and_nodes() -> None:
     args = {a.name for a in description.entities if isinstance(a, DeclareLaunchArgument)}
     assert {"model", "model_path", "params_file", "use_sim_time", "rviz", "namespace", "log_level"} <= args
     assert {"frame_prefix", "rotor_bridge", "respawn", "respawn_delay"} <= args
+    assert {"platform", "imu_bridge", "odom_out", "imu_topic", "rotor_topic", "odometry_topic", "twist_topic"} <= args
     # The supervised nodes come from an OpaqueFunction that resolves the arguments at launch time.
     stack = next(e for e in description.entities if isinstance(e, OpaqueFunction))
     context = _context(description, model="crazyflie")
@@ -57,6 +58,15 @@ def test_drone_launch_declares_arguments_and_nodes() -> None:
     context = _context(description, model="crazyflie", rotor_bridge="joint_state", respawn="true")
     nodes = stack.execute(context)
     assert [n.node_executable for n in nodes] == ["velobins_net_node", "velobins_ekf_node", "velobins_rotor_bridge"]
+    # A platform starts its bridges (velobins_bringup.vehicle); an argument overrides its choice.
+    context = _context(description, model="crazyflie", platform="px4", rotor_bridge="joint_state")
+    assert [n.node_executable for n in stack.execute(context)] == [
+        "velobins_net_node",
+        "velobins_ekf_node",
+        "velobins_imu_bridge",
+        "velobins_rotor_bridge",
+        "velobins_odom_out",
+    ]
 
 
 def test_a_bad_argument_raises_one_line_before_any_node() -> None:
@@ -66,6 +76,9 @@ def test_a_bad_argument_raises_one_line_before_any_node() -> None:
     stack = next(e for e in description.entities if isinstance(e, OpaqueFunction))
     for arguments, message in (
         ({"rotor_bridge": "nope"}, "rotor_bridge:=nope: no such preset or file (presets: crazyflie_pwm"),
+        ({"imu_bridge": "nope"}, "imu_bridge:=nope: no such preset or file (presets: crazyflie, mavros_imu"),
+        ({"platform": "betaflight"}, "platform:=betaflight: no such platform (shipped: ardupilot, crazyflie, px4"),
+        ({"odom_out": "ardupilot"}, "odom_out:=ardupilot: must be one of px4, mavros or none"),
         ({"respawn": "yes please"}, "respawn:=yes please: expected true or false"),
         ({"respawn_delay": "-1"}, "respawn_delay:=-1: expected a number of seconds >= 0"),
     ):

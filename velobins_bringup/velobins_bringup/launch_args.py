@@ -22,12 +22,14 @@ from typing import Any
 NAMESPACE_PREFIX = "<namespace>/"
 """The ``frame_prefix`` default: derived from ``namespace`` by :func:`frame_prefix_for` at launch time."""
 
-NET, EKF, REPLAY, EVAL, BRIDGE = (
+NET, EKF, REPLAY, EVAL, BRIDGE, IMU_BRIDGE, ODOM_OUT = (
     "velobins_net",
     "velobins_ekf",
     "velobins_replay",
     "velobins_eval",
     "velobins_rotor_bridge",
+    "velobins_imu_bridge",
+    "velobins_odom_out",
 )
 """Node names (the parameter files' ``/**/<name>:`` keys)."""
 
@@ -101,12 +103,42 @@ DRONE_ARGS: tuple[LaunchArg, ...] = (
     *_SHARED,
     LaunchArg("use_sim_time", bool, "false", "follow /clock (true when replaying a bag with --clock)", ()),
     LaunchArg(
+        "platform",
+        str,
+        "",
+        "vehicle config of config/platforms/ (crazyflie, px4, ardupilot) or a .yaml path: the bridges, frames "
+        "and topics of a vehicle family in one file, loaded after params_file",
+    ),
+    LaunchArg(
         "rotor_bridge",
         str,
         "",
-        "start velobins_rotor_bridge with a preset of config/rotor_bridge/ (e.g. mavros_esc_status) or your "
-        "own preset file (path to a .yaml); empty: the autopilot publishes velobins_msgs/RotorSpeeds itself",
+        "start velobins_rotor_bridge with this preset of config/rotor_bridge/ (e.g. mavros_esc_status) or a "
+        ".yaml path; none: no bridge; empty: the platform's, else the autopilot publishes RotorSpeeds itself",
     ),
+    LaunchArg(
+        "imu_bridge",
+        str,
+        "",
+        "start velobins_imu_bridge with this preset of config/imu_bridge/ (crazyflie, px4_sensor_combined, "
+        "px4_vehicle_imu, mavros_imu) or a .yaml path; none: no bridge; empty: the platform's, else none",
+    ),
+    LaunchArg(
+        "odom_out",
+        str,
+        "",
+        "start velobins_odom_out: px4 (VehicleOdometry to EKF2) or mavros (nav_msgs/Odometry to mavros); "
+        "none: no odometry out; empty: the platform's, else none",
+    ),
+    LaunchArg("imu_topic", str, "", "rename the IMU topic: the network and EKF inputs and the IMU bridge output"),
+    LaunchArg("rotor_topic", str, "", "rename the rotor topic: the network input and the rotor bridge output"),
+    LaunchArg(
+        "odometry_topic",
+        str,
+        "",
+        "rename the EKF's odometry (e.g. odometry/filtered); the network's attitude input and odometry out follow",
+    ),
+    LaunchArg("twist_topic", str, "", "rename the network's TwistWithCovarianceStamped output (robot_localization)"),
 )
 """Arguments of ``drone.launch.py``."""
 
@@ -252,37 +284,44 @@ def resolve_rotor_bridge(value: str, presets_dir: str | Path) -> str | None:
     silently never comes (issue 23). Raises ``ValueError`` (one line, naming the presets) for an
     unknown name, an unreadable file, or a file without a ``velobins_rotor_bridge`` section.
     """
+    return resolve_preset(value, presets_dir, BRIDGE, "rotor_bridge")
+
+
+def resolve_preset(value: str, presets_dir: str | Path, node: str, arg: str) -> str | None:
+    """:func:`resolve_rotor_bridge` for the preset of any bridge ``node`` given as ``arg:=value``."""
     text = value.strip()
     if not text:
         return None
     names = rotor_bridge_presets(presets_dir)
     path = Path(text).expanduser()
     if path.is_file():
-        _check_bridge_file(path, text, presets_dir)
+        _check_bridge_file(path, text, presets_dir, node, arg)
         return str(path.resolve())
     if text in names:
         return str(Path(presets_dir) / f"{text}.yaml")
     raise ValueError(
-        f"rotor_bridge:={text}: no such preset or file (presets: {', '.join(names) or 'none installed'}; "
+        f"{arg}:={text}: no such preset or file (presets: {', '.join(names) or 'none installed'}; "
         "or the path of your own preset .yaml)"
     )
 
 
-def _check_bridge_file(path: Path, text: str, presets_dir: str | Path) -> None:
-    """Raise ``ValueError`` unless ``path`` is YAML with ``ros__parameters`` for the bridge node."""
+def _check_bridge_file(
+    path: Path, text: str, presets_dir: str | Path, node: str = BRIDGE, arg: str = "rotor_bridge"
+) -> None:
+    """Raise ``ValueError`` unless ``path`` is YAML with ``ros__parameters`` for the bridge ``node``."""
     import yaml
 
     try:
         content = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         reason = " ".join(str(exc).split())
-        raise ValueError(f"rotor_bridge:={text}: cannot read it as YAML ({reason})") from exc
+        raise ValueError(f"{arg}:={text}: cannot read it as YAML ({reason})") from exc
     sections = content if isinstance(content, dict) else {}
     for key, section in sections.items():
-        node = str(key).strip("/").rpartition("/")[2]
-        if node in (BRIDGE, "*", "**") and isinstance(section, dict) and "ros__parameters" in section:
+        name = str(key).strip("/").rpartition("/")[2]
+        if name in (node, "*", "**") and isinstance(section, dict) and "ros__parameters" in section:
             return
     raise ValueError(
-        f"rotor_bridge:={text}: no '/**/{BRIDGE}: ros__parameters:' section "
+        f"{arg}:={text}: no '/**/{node}: ros__parameters:' section "
         f"(start from a preset of {presets_dir}: {', '.join(rotor_bridge_presets(presets_dir))})"
     )
