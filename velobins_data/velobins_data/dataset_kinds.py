@@ -6,5 +6,5 @@
 
 from __future__ import annotations
 
-KINDS = ("nanobench", "aiio", "tiiratm", "neurobem", "csv")
+KINDS = ("nanobench", "aiio", "tiiratm", "neurobem", "csv", "rosbag")
 """Source kinds understood by :func:`velobins_data.datasets.load_flight` and ``--dataset``."""

@@ -1,8 +1,9 @@
 """Dataset adapters: every supported source -> :class:`~velobins_data.flight.Flight`.
 
 One module per source (:mod:`.nanobench`, :mod:`.aiio`, :mod:`.tiiratm`, :mod:`.neurobem`,
-:mod:`.csv_format`) and this registry. Every adapter converts to the Flight conventions (SI,
-world ENU z-up, body FLU, q body->world xyzw) and sets ``metadata`` keys ``dataset``,
+:mod:`.csv_format`, :mod:`.rosbag` for bags recorded on the vehicle) and this registry. Every
+adapter converts to the Flight conventions (SI, world ENU z-up, body FLU, q body->world xyzw)
+and sets ``metadata`` keys ``dataset``,
 ``platform``, ``source`` and ``gravity``. Malformed files raise :class:`DatasetError` (a
 :class:`~velobins_data.flight.FlightError`) naming the file and column. See
 ``docs/data_formats.md`` for every column read.
@@ -29,6 +30,7 @@ from velobins_data.datasets.csv_format import read_csv, write_csv
 from velobins_data.datasets.errors import DatasetError, UnusableFlightError
 from velobins_data.datasets.nanobench import load_nanobench, trajectory_shape
 from velobins_data.datasets.neurobem import load_neurobem
+from velobins_data.datasets.rosbag import load_rosbag
 from velobins_data.datasets.tiiratm import FILE_SUFFIX as TIIRATM_SUFFIX
 from velobins_data.datasets.tiiratm import load_tiiratm
 from velobins_data.flight import Flight
@@ -42,6 +44,7 @@ _LOADERS: dict[str, Callable[..., Flight]] = {
     "tiiratm": load_tiiratm,
     "neurobem": load_neurobem,
     "csv": read_csv,
+    "rosbag": load_rosbag,
 }
 
 _PATTERNS: dict[str, tuple[str, ...]] = {
@@ -50,6 +53,7 @@ _PATTERNS: dict[str, tuple[str, ...]] = {
     "tiiratm": (f"*{TIIRATM_SUFFIX}",),
     "neurobem": ("*.csv", "*.csv.gz"),
     "csv": ("*.csv", "*.csv.gz"),
+    "rosbag": ("metadata.yaml",),  # one per bag folder; the loader reads the folder
 }
 
 __all__ = [
