@@ -41,6 +41,7 @@ from velobins_bringup.launch_args import (
     share_dir,
     typed,
 )
+from velobins_bringup.layouts import rviz_file
 from velobins_bringup.supervision import Supervision, supervised
 from velobins_bringup.vehicle import plan_vehicle
 
@@ -98,13 +99,20 @@ def generate_launch_description() -> LaunchDescription:
         [
             *declarations(DRONE_ARGS),
             OpaqueFunction(function=stack),
-            Node(
-                package="rviz2",
-                executable="rviz2",
-                name="rviz2",
-                namespace=arg("namespace"),
-                arguments=["-d", os.path.join(share, "rviz", "velobins.rviz")],
-                parameters=[sim_time],
+            OpaqueFunction(  # the RViz config of this namespace and frame prefix (velobins_bringup.layouts)
+                function=lambda context: [
+                    Node(
+                        package="rviz2",
+                        executable="rviz2",
+                        name="rviz2",
+                        namespace=arg("namespace"),
+                        arguments=[
+                            "-d",
+                            rviz_file(share, arg("namespace").perform(context), arg("frame_prefix").perform(context)),
+                        ],
+                        parameters=[sim_time],
+                    )
+                ],
                 condition=IfCondition(arg("rviz")),
             ),
         ]
