@@ -51,7 +51,7 @@ def test_crazyswarm_style_stream_to_si_imu_live(ros_domain: int) -> None:
 
     overrides = ["-p", "input_type:=sensor_msgs/msg/JointState", "-p", "acc_field:=position"]
     overrides += ["-p", "gyro_field:=position", "-p", "input_topic:=cf7/imu", "-p", "frame_prefix:=drone1/"]
-    overrides += ["-p", "diagnostics_period:=0.2"]
+    overrides += ["-p", "diagnostics_period:=0.2", "-p", "input_timeout:=60.0"]  # liveness is not tested here
     cmd = bridge_command("crazyflie", "-r", "__ns:=/drone1", *overrides)
     child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     received: list[Imu] = []

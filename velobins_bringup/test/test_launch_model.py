@@ -54,6 +54,7 @@ def test_both_launch_files_declare_model_and_load_the_overlay_after_params_file(
         assert 'resolve_launch_model(arg("model").perform(context), arg("model_path").perform(context))' in source
         assert '"model_path": fixed(chosen.checkpoint, str)' in source, name
     drone = (LAUNCH_DIR / "drone.launch.py").read_text()
-    assert 'files = [arg("params_file"), *chosen.overlays]' in drone
+    # params_file, the model's overlay, then the vehicle's platform file (velobins_bringup.vehicle)
+    assert 'files = [arg("params_file"), *chosen.overlays, *vehicle.files]' in drone
     replay = (LAUNCH_DIR / "replay_eval.launch.py").read_text()
     assert "parameters=[*files, *overlays," in replay  # params_file, evaluation.yaml, then the overlay
