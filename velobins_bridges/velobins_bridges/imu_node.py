@@ -8,7 +8,7 @@ is counted by reason (DropCounter) and logged, throttled; ``/diagnostics`` repor
 the drops and the mean specific force (a unit check: it reads g at rest).
 
 When the input's message package is not installed, the node logs one fatal line naming the
-package and how to install it, and exits with status 1. Presets: velobins_bringup/config/imu_bridge/;
+package and how to install it, and exits with status 2 (cannot start). Presets: velobins_bringup/config/imu_bridge/;
 docs/imu_bridge.md.
 """
 

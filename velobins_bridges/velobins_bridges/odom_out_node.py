@@ -5,7 +5,7 @@ A thin adapter around :mod:`velobins_bridges.odom_out`: it reads the EKF's odome
 ``mode: mavros`` the frame ids only) and publishes it on ``output_topic`` (PX4's
 ``fmu/in/vehicle_visual_odometry`` or mavros' ``mavros/odometry/out`` by default). PX4's
 ``px4_msgs/msg/VehicleOdometry`` is resolved by name at start-up, so the package is needed only in
-px4 mode; when it is missing the node logs one fatal line and exits with status 1. Odometry that
+px4 mode; when it is missing the node logs one fatal line and exits with status 2. Odometry that
 cannot be sent is counted by reason; ``/diagnostics`` reports the input and what went out.
 docs/vehicles.md shows the autopilot side (EKF2 / ArduPilot parameters).
 """

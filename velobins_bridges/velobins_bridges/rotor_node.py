@@ -8,7 +8,7 @@ throttled. With ``hold_rate`` > 0 the last values are republished restamped betw
 samples, for at most ``max_hold_age`` seconds (:class:`velobins_bridges.rotor.HoldLast`).
 
 When the input's message package is not installed, the node logs one fatal line naming the
-package and how to install it, and exits with status 1. Presets: velobins_bringup/config/rotor_bridge/;
+package and how to install it, and exits with status 2 (cannot start). Presets: velobins_bringup/config/rotor_bridge/;
 docs/rotor_bridge.md.
 """
 

@@ -170,9 +170,12 @@ class Vehicle:
         flight: a :class:`velobins_data.flight.Flight` (e.g. from the simulator).
         namespace: the launch's namespace (topics are relative there).
         imu_frame: ``header.frame_id`` of the IMU messages (mavros: ``base_link`` on every vehicle).
+        imu_topic: where the IMU goes (``mavros/imu/data_raw`` for a launch with the IMU bridge).
     """
 
-    def __init__(self, domain_id: int, flight: Any, namespace: str = "", imu_frame: str = "base_link") -> None:
+    def __init__(
+        self, domain_id: int, flight: Any, namespace: str = "", imu_frame: str = "base_link", imu_topic: str = "imu"
+    ) -> None:
         import rclpy
         from nav_msgs.msg import Odometry
         from rclpy.context import Context
@@ -189,7 +192,7 @@ class Vehicle:
         self.ctx = Context()
         rclpy.init(args=[], context=self.ctx, domain_id=domain_id, signal_handler_options=SignalHandlerOptions.NO)
         self.node = rclpy.create_node("vehicle", namespace=namespace or "/", context=self.ctx)
-        self.imu_pub = self.node.create_publisher(Imu, "imu", qos_profile_sensor_data)
+        self.imu_pub = self.node.create_publisher(Imu, imu_topic, qos_profile_sensor_data)
         self.rotor_pub = self.node.create_publisher(RotorSpeeds, "rotor_speeds", qos_profile_sensor_data)
         self.Imu, self.RotorSpeeds = Imu, RotorSpeeds
         self.odometry: list[tuple[float, str, str]] = []

@@ -90,8 +90,14 @@ def test_topic_arguments_name_real_parameters() -> None:
 
 
 def test_bad_arguments_say_what_exists(tmp_path: Path) -> None:
-    with pytest.raises(VehicleError, match=r"imu_bridge:=px4_imu: no such imu_bridge \(shipped: crazyflie, mavros_imu"):
+    with pytest.raises(
+        ValueError, match=r"imu_bridge:=px4_imu: no such preset or file \(presets: crazyflie, mavros_imu"
+    ):
         plan_vehicle(CONFIG, {"imu_bridge": "px4_imu"})
+    wrong = tmp_path / "wrong.yaml"  # a rotor-bridge file given as an IMU preset
+    wrong.write_text((CONFIG / "rotor_bridge" / "joint_state.yaml").read_text())
+    with pytest.raises(ValueError, match=r"no '/\*\*/velobins_imu_bridge: ros__parameters:' section"):
+        plan_vehicle(CONFIG, {"imu_bridge": str(wrong)})
     with pytest.raises(
         VehicleError, match=r"platform:=betaflight: no such platform \(shipped: ardupilot, crazyflie, px4"
     ):
