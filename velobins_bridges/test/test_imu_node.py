@@ -18,7 +18,9 @@ from pathlib import Path
 
 import pytest
 
-G = 9.80665
+from velobins_common.constants import STANDARD_GRAVITY
+
+G = STANDARD_GRAVITY
 VALUES = [0.1, -0.2, 1.0, 90.0, -45.0, 180.0]  # acc.x/y/z [g], gyro.x/y/z [deg/s]
 ACC = (0.1 * G, -0.2 * G, G)
 GYRO = (math.pi / 2, -math.pi / 4, math.pi)

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from velobins_common.fields import param
-from velobins_common.frames import matrix_to_quaternion, quaternion_to_matrix
+from velobins_common.frames import is_unit_quaternion, matrix_to_quaternion, quaternion_to_matrix
 
 from .messages import Drop, parse_type_name
 
@@ -147,7 +147,7 @@ def check(odom: Odometry) -> Drop | None:
         return Drop("non_finite", "odometry with NaN or infinity")
     if len(odom.pose_covariance) != 36 or len(odom.twist_covariance) != 36:
         return Drop("bad_covariance", "covariances must have 36 entries")
-    if abs(math.sqrt(sum(v * v for v in odom.orientation)) - 1.0) > 1e-3:
+    if not is_unit_quaternion(odom.orientation):
         return Drop("bad_orientation", f"quaternion {odom.orientation} is not unit")
     return None
 

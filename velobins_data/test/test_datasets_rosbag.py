@@ -117,7 +117,7 @@ def test_recorded_bag_reads_into_the_overlap_of_its_streams(tmp_path: Path) -> N
     assert t[0] == pytest.approx(T0 + 0.5) and t[-1] == pytest.approx(T0 + 3.5)
     expected_t = truth["t_imu"][(truth["t_imu"] >= T0 + 0.5 - 1e-9) & (truth["t_imu"] <= T0 + 3.5 + 1e-9)]
     np.testing.assert_allclose(t, expected_t, rtol=0, atol=1e-6)  # ns stamps of float seconds
-    assert flight.name == "flight_007" and flight.rotor_kind == "rpm"
+    assert flight.name == "flight_007" and flight.rotor_kind == "speed"  # rad/s, converted from rev/min
     assert flight.metadata["repeated_imu_stamps_dropped"] == 1
     assert flight.metadata["topics"]["ground_truth"] == "/drone1/ground_truth/odometry"
     np.testing.assert_allclose(flight.acc, np.tile([0.1, -0.2, 9.81], (len(t), 1)))

@@ -159,4 +159,4 @@ def test_recorded_flight_converts_back_to_the_published_arrays(tmp_path: Path, r
             np.testing.assert_array_equal(getattr(back, name), getattr(flight, name), err_msg=name)
         np.testing.assert_allclose(np.abs(np.sum(back.q * flight.q, axis=1)), 1.0, atol=1e-12)  # q or -q
         np.testing.assert_allclose(back.v, flight.v, atol=1e-12)  # through the body-frame twist
-        assert back.rotor_kind == "pwm" and back.name == "hover_01"
+        assert back.rotor_kind == "command" and back.name == "hover_01"

@@ -44,6 +44,7 @@ from velobins_data.bag import (
     _describe,
     _open_reader,
     bag_messages,
+    rotor_kind_name,
     typestore,
 )
 from velobins_data.datasets.errors import DatasetError
@@ -235,7 +236,7 @@ def _flight(
         acc=acc,
         gyro=gyro,
         rotor=interp_columns(tq, rt, rv),
-        rotor_kind="pwm" if kind == KIND_NORMALIZED else "rpm",
+        rotor_kind=rotor_kind_name(kind),
         p=interp_columns(tq, t_gt, gt[:, 1:4]),
         q=q,
         v=v,
