@@ -2,11 +2,14 @@
 
 Public entry: :func:`train`. Runs on CPU, on CUDA when available, and under ``torchrun`` as
 DistributedDataParallel (``WORLD_SIZE``/``RANK``/``LOCAL_RANK`` in the environment; gloo on
-CPU, nccl on CUDA). Each epoch shuffles the windows with a generator seeded by (seed, epoch),
+CPU, nccl on CUDA; :mod:`.train_dist`), in float32 or mixed precision and optionally with
+deterministic kernels only (:mod:`.train_precision`), from scratch or from another model's weights
+(:mod:`.train_init`). Each epoch shuffles the windows with a generator seeded by (seed, epoch),
 so runs are reproducible and a resumed run continues exactly where the interrupted one stopped.
 Validation every epoch reports the network AVE (mean ‖v̂ − v‖, m/s) and the Gaussian NLL in
 nats per axis, and the network NEES (e·Σ⁻¹·e) median and share inside the χ²(3) 95 % bounds;
-the best checkpoint by the chosen metric is kept beside the last one.
+the best checkpoint by the chosen metric is kept beside the last one; ``history.json`` and a
+TensorBoard event log (:mod:`.train_log`) record every epoch.
 
 Beyond the paper's constant LR: a warm-up and decay schedule, a KL-weight ramp, per-epoch window
 offsets and a wall-clock budget (``time_budget``: the epoch count and the schedule's length are
@@ -18,7 +21,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import random
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass, field
@@ -47,6 +49,9 @@ from .schedule import (
     lr_factor,
     selection_score,
 )
+from .train_dist import DistInfo, agree, budget_stop, pick_device, setup_distributed
+from .train_init import initialise
+from .train_precision import PRECISIONS, deterministic_algorithms, resolve_precision
 from .train_steps import (  # noqa: F401  (evaluate, make_optimizer, weighted_loss: public here as before)
     ValFigures,
     epoch_batches,
@@ -97,6 +102,15 @@ class TrainConfig:
         resume: checkpoint to resume from (model, optimizer, epoch, RNG).
         progress: show a tqdm progress bar (rank 0).
         data_description: free text stored in the checkpoint (dataset, split).
+        precision: forward-pass precision: 32 (float32, the paper), bf16 (bfloat16 autocast) or 16 (float16
+            autocast with loss scaling); weights, loss and validation stay float32.
+        deterministic: deterministic kernels only (torch refuses an op without one), so two runs with the same
+            seed, data, threads and device give bit-identical weights (a time budget still makes the epoch
+            count depend on the machine's speed).
+        init_from: fine-tune: start from this model's weights, a shipped model name (crazyflie) or a checkpoint
+            path; rotor count and kind, normalisation and velocity range may differ, the architecture may not.
+        freeze: submodules not to train (encoder, bins, cov, or a dotted path such as encoder.layers.0).
+        tensorboard: write a TensorBoard event log to <out>/tensorboard beside history.json.
     """
 
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -122,9 +136,17 @@ class TrainConfig:
     resume: str | None = None
     progress: bool = True
     data_description: str = ""
+    precision: str = "32"
+    deterministic: bool = False
+    init_from: str | None = None
+    freeze: tuple[str, ...] = ()
+    tensorboard: bool = True
 
     def __post_init__(self) -> None:
         parse_variant(self.variant)
+        object.__setattr__(self, "freeze", tuple(self.freeze))
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"TrainConfig.precision: must be one of {PRECISIONS}, got {self.precision!r}")
         if self.best_metric not in METRICS:
             raise ValueError(f"TrainConfig.best_metric: must be one of {METRICS}, got {self.best_metric!r}")
         for name in ("epochs", "batch_size", "stride", "val_stride"):
@@ -166,7 +188,11 @@ class EpochRecord:
 
 @dataclass
 class TrainResult:
-    """What :func:`train` produced."""
+    """What :func:`train` produced.
+
+    ``model`` is the trained network in its final state (this rank's replica under DDP); ``init``
+    says how a fine-tuned run started (source, parameters kept fresh, frozen), None from scratch.
+    """
 
     best_path: Path
     last_path: Path
@@ -174,37 +200,8 @@ class TrainResult:
     best_value: float
     model_config: ModelConfig
     history: list[EpochRecord]
-
-
-@dataclass(frozen=True)
-class _Dist:
-    rank: int = 0
-    world: int = 1
-    local_rank: int = 0
-
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
-
-
-def _setup_distributed(device_kind: str) -> _Dist:
-    """Initialise the process group when launched by torchrun (WORLD_SIZE > 1)."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world <= 1:
-        return _Dist()
-    if not dist.is_initialized():
-        dist.init_process_group(backend="nccl" if device_kind == "cuda" else "gloo")
-    return _Dist(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
-
-
-def _pick_device(name: str, local_rank: int) -> torch.device:
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cuda":
-        if not torch.cuda.is_available():
-            raise ValueError("TrainConfig.device='cuda' but CUDA is not available")
-        return torch.device("cuda", local_rank)
-    return torch.device(name)
+    model: nn.Module | None = None
+    init: dict[str, Any] | None = None
 
 
 def resolve_model_config(cfg: TrainConfig, variant: Variant, velocity_range: float) -> ModelConfig:
@@ -253,21 +250,39 @@ def history_json(history: Seq[EpochRecord]) -> str:
 def train(cfg: TrainConfig, train_seqs: Seq[Flight], val_seqs: Seq[Flight], out_dir: str | Path) -> TrainResult:
     """Train a variant on ``train_seqs``, validate on ``val_seqs``, write ``best.pt`` / ``last.pt`` to ``out_dir``.
 
-    ``history.json`` is rewritten (atomically) after every epoch. ``best.pt`` is written only for
-    an epoch whose validation metric is finite; when none is, ``TrainResult.best_epoch`` is -1
-    and there is no ``best.pt``. A non-finite training loss (divergence) ends training after that
-    epoch. The caller owns the output directory (``velobins train`` locks it). With
-    ``cfg.time_budget`` the epoch count is planned from a timing pass, re-planned after every epoch
-    and a running epoch stops at the budget (single process); each history record carries the plan.
+    ``history.json`` is rewritten (atomically) after every epoch, and the TensorBoard log gets the
+    epoch. ``best.pt`` is written only for an epoch whose validation metric is finite; when none
+    is, ``TrainResult.best_epoch`` is -1 and there is no ``best.pt``. A non-finite training loss
+    (divergence) ends training after that epoch. The caller owns the output directory (``velobins
+    train`` locks it). With ``cfg.time_budget`` the epoch count is planned from a timing pass,
+    re-planned after every epoch and a running epoch stops at the budget (rank 0's clock under DDP);
+    each history record carries the plan.
     """
     import time
 
     t_start, cpu_start = time.perf_counter(), time.process_time()
-    variant = parse_variant(cfg.variant)
-    out_dir = Path(out_dir)
     device_kind = "cuda" if (cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available())) else "cpu"
-    dd = _setup_distributed(device_kind)
-    device = _pick_device(cfg.device, dd.local_rank)
+    dd = setup_distributed(device_kind)
+    device = pick_device(cfg.device, dd.local_rank)
+    with deterministic_algorithms(cfg.deterministic):
+        return _train(cfg, train_seqs, val_seqs, Path(out_dir), dd, device, t_start, cpu_start)
+
+
+def _train(
+    cfg: TrainConfig,
+    train_seqs: Seq[SequenceLike],
+    val_seqs: Seq[SequenceLike],
+    out_dir: Path,
+    dd: DistInfo,
+    device: torch.device,
+    t_start: float,
+    cpu_start: float,
+) -> TrainResult:
+    """:func:`train` on its device, inside its determinism setting."""
+    import time
+
+    variant = parse_variant(cfg.variant)
+    precision = resolve_precision(cfg.precision, device)
     if device.type == "cpu":
         reuse_freed_memory()  # activations reuse freed heap blocks instead of page-faulting every step
     seed_everything(cfg.seed)
@@ -281,23 +296,22 @@ def train(cfg: TrainConfig, train_seqs: Seq[Flight], val_seqs: Seq[Flight], out_
     norm = fit_normalization(train_ds.inputs, mcfg.rotor_kind, mcfg.sensor_channels)
 
     core = build_model(mcfg)
+    resume_ckpt = read_checkpoint(cfg.resume, map_location=device) if cfg.resume else None
+    init = initialise(core, mcfg, cfg.init_from, cfg.freeze, resume_ckpt)
     core.set_normalization(torch.from_numpy(norm.mean).float(), torch.from_numpy(norm.std).float())
     core.to(device)
-    optimizer = make_optimizer(core.parameters(), cfg.lr)
+    optimizer = make_optimizer([p for p in core.parameters() if p.requires_grad], cfg.lr)
+    scaler = precision.grad_scaler()
     start_epoch, best_value, best_epoch, spent_before = 0, math.inf, -1, 0.0
     history: list[EpochRecord] = []
 
-    if cfg.resume:
-        ckpt = read_checkpoint(cfg.resume, map_location=device)
-        diffs = config_differences(ckpt["model_config"], mcfg.to_dict())
-        if diffs or ckpt["variant"] != variant.name:
-            if ckpt["variant"] != variant.name:
-                diffs.append(f"variant: {ckpt['variant']!r} != {variant.name!r}")
-            raise CheckpointError(cfg.resume, "cannot resume, config differs: " + "; ".join(diffs))
-        if "optimizer_state" not in ckpt or "epoch" not in ckpt:
-            raise CheckpointError(cfg.resume, "missing fields 'optimizer_state'/'epoch' needed to resume")
+    if resume_ckpt is not None:
+        ckpt = resume_ckpt
+        _check_resumable(cfg, ckpt, mcfg, variant.name)
         core.load_state_dict(ckpt["model_state"])
         optimizer.load_state_dict(ckpt["optimizer_state"])
+        if scaler is not None and "scaler_state" in ckpt:
+            scaler.load_state_dict(ckpt["scaler_state"])
         start_epoch = int(ckpt["epoch"]) + 1
         best_value, best_epoch = float(ckpt["best"]["value"]), int(ckpt["best"]["epoch"])
         history = [EpochRecord(**h) for h in ckpt.get("history", [])]
@@ -326,7 +340,7 @@ def train(cfg: TrainConfig, train_seqs: Seq[Flight], val_seqs: Seq[Flight], out_
         },
         "git_commit": git_commit() if dd.is_main else None,
         "world_size": dd.world,
-    }
+    } | ({"init": init} if init is not None else {})
     best_path, last_path = out_dir / "best.pt", out_dir / "last.pt"
     n_first = len(epoch_window_indices(len(train_ds), cfg.stride, 0, cfg.rotate_windows)) // dd.world
     steps_per_epoch = max(1, math.ceil(n_first / cfg.batch_size))
@@ -334,101 +348,135 @@ def train(cfg: TrainConfig, train_seqs: Seq[Flight], val_seqs: Seq[Flight], out_
     if cfg.time_budget is not None:
         planner = BudgetPlanner(cfg.time_budget * 60.0, cfg.epochs, start=t_start - spent_before)
         est = estimate_epoch_seconds(
-            core, train_ds, val_ds, cfg.lr, cfg.batch_size, variant, grid, device, steps_per_epoch
+            core, train_ds, val_ds, cfg.lr, cfg.batch_size, variant, grid, device, steps_per_epoch, precision
         )
-        planned = _agree(planner.plan(start_epoch, est), dd, device)
+        planned = agree(planner.plan(start_epoch, est), dd, device)
+    log = _open_log(cfg, out_dir, start_epoch, dd)
     epoch = start_epoch
-    while epoch < planned:
-        indices = epoch_window_indices(len(train_ds), cfg.stride, epoch, cfg.rotate_windows)
-        batches = epoch_batches(len(train_ds), cfg.batch_size, cfg.seed, epoch, dd.rank, dd.world, indices)
-        bar = progress_bar(
-            total=sum(len(b) for b in batches),
-            desc=f"epoch {epoch + 1}/{planned}",
-            leave=False,
-            enabled=cfg.progress and dd.is_main,
-        )
-        t0 = time.perf_counter()
-        nll_start = cfg.nll_start_epoch if planner is None else round(cfg.nll_start_epoch * planned / cfg.epochs)
-        use_nll = (variant.is_regression or variant.is_baseline) and epoch >= nll_start
-        total_steps = planned * steps_per_epoch
+    try:
+        while epoch < planned:
+            indices = epoch_window_indices(len(train_ds), cfg.stride, epoch, cfg.rotate_windows)
+            batches = epoch_batches(len(train_ds), cfg.batch_size, cfg.seed, epoch, dd.rank, dd.world, indices)
+            bar = progress_bar(
+                total=sum(len(b) for b in batches),
+                desc=f"epoch {epoch + 1}/{planned}",
+                leave=False,
+                enabled=cfg.progress and dd.is_main,
+            )
+            t0 = time.perf_counter()
+            nll_start = cfg.nll_start_epoch if planner is None else round(cfg.nll_start_epoch * planned / cfg.epochs)
+            use_nll = (variant.is_regression or variant.is_baseline) and epoch >= nll_start
+            total_steps = planned * steps_per_epoch
 
-        def schedule(i: int, first: int = epoch * steps_per_epoch, total: int = total_steps) -> tuple[float, float]:
-            p = (first + i) / total
-            lr = cfg.lr * lr_factor(p, cfg.lr_schedule, cfg.warmup, cfg.min_lr_ratio)
-            return lr, kl_weight_factor(p, cfg.kl_ramp, cfg.kl_ramp_start)
+            def schedule(i: int, first: int = epoch * steps_per_epoch, total: int = total_steps) -> tuple[float, float]:
+                p = (first + i) / total
+                lr = cfg.lr * lr_factor(p, cfg.lr_schedule, cfg.warmup, cfg.min_lr_ratio)
+                return lr, kl_weight_factor(p, cfg.kl_ramp, cfg.kl_ramp_start)
 
-        deadline = planner.deadline() if planner is not None and dd.world == 1 else None
-        loss, done = train_epoch(
-            model, core, train_ds, batches, optimizer, variant, grid, use_nll, device, bar, schedule, deadline
-        )
-        rate = sum(len(b) for b in batches[:done]) * dd.world / max(time.perf_counter() - t0, 1e-9)
-        bar.close()
-        val = evaluate(core, val_ds, device)
-        lr_now, kl_now = schedule(max(done - 1, 0))
-        score = {"nll": val.nll, "ave": val.ave, "nll+nees": selection_score(val.nll, val.nees_share)}
-        value = score[cfg.best_metric]
-        # A non-finite validation metric is never "best": best.pt holds a model that scored.
-        improved = math.isfinite(value) and value < best_value
-        if improved:
-            best_value, best_epoch = value, epoch
-        if planner is not None:
-            planner.epoch_s.append(time.perf_counter() - t0)
-        budget_s = planner.budget_s if planner is not None else None
-        elapsed = time.perf_counter() - t_start + spent_before
-        rec = EpochRecord(
-            epoch,
-            loss,
-            val.ave,
-            val.nll,
-            rate,
-            val.nees_median,
-            val.nees_share,
-            lr_now,
-            kl_now,
-            elapsed,
-            planned,
-            budget_s,
-            time.process_time() - cpu_start,  # this process's CPU time: what it got of a shared machine
-        )
-        history.append(rec)
-        if dd.is_main:
-            payload = static | {
-                "model_state": core.state_dict(),
-                "optimizer_state": optimizer.state_dict(),
-                "epoch": epoch,
-                "rng": _rng_state(),
-                "best": {"metric": cfg.best_metric, "value": best_value, "epoch": best_epoch},
-                "history": [dataclasses.asdict(h) for h in history],
-                "budget": {"budget_s": budget_s, "elapsed_s": elapsed, "planned_epochs": planned},
-            }
-            save_checkpoint(last_path, payload)
+            stop = budget_stop(planner.deadline() if planner is not None else None, dd, device)
+            loss, done = train_epoch(
+                model, core, train_ds, batches, optimizer, variant, grid, use_nll, device, bar, schedule, stop,
+                precision, scaler,
+            )  # fmt: skip
+            rate = sum(len(b) for b in batches[:done]) * dd.world / max(time.perf_counter() - t0, 1e-9)
+            bar.close()
+            val = evaluate(core, val_ds, device, keep_samples=log is not None)
+            lr_now, kl_now = schedule(max(done - 1, 0))
+            score = {"nll": val.nll, "ave": val.ave, "nll+nees": selection_score(val.nll, val.nees_share)}
+            value = score[cfg.best_metric]
+            # A non-finite validation metric is never "best": best.pt holds a model that scored.
+            improved = math.isfinite(value) and value < best_value
             if improved:
-                save_checkpoint(best_path, payload)
-            atomic_write_text(out_dir / "history.json", history_json(history))
-            if cfg.progress:
-                msg = (
-                    f"epoch {epoch + 1}/{planned}: loss {loss:.4f}  val AVE {val.ave:.4f} m/s  NLL {val.nll:.3f}  "
-                    f"NEES med {val.nees_median:.2f} in-bounds {100 * val.nees_share:.0f}%  ({rate:.0f} win/s)"
+                best_value, best_epoch = value, epoch
+            if planner is not None:
+                planner.epoch_s.append(time.perf_counter() - t0)
+            budget_s = planner.budget_s if planner is not None else None
+            elapsed = time.perf_counter() - t_start + spent_before
+            rec = EpochRecord(
+                epoch,
+                loss,
+                val.ave,
+                val.nll,
+                rate,
+                val.nees_median,
+                val.nees_share,
+                lr_now,
+                kl_now,
+                elapsed,
+                planned,
+                budget_s,
+                time.process_time() - cpu_start,  # this process's CPU time: what it got of a shared machine
+            )
+            history.append(rec)
+            if dd.is_main:
+                payload = (
+                    static
+                    | {
+                        "model_state": core.state_dict(),
+                        "optimizer_state": optimizer.state_dict(),
+                        "epoch": epoch,
+                        "rng": _rng_state(),
+                        "best": {"metric": cfg.best_metric, "value": best_value, "epoch": best_epoch},
+                        "history": [dataclasses.asdict(h) for h in history],
+                        "budget": {"budget_s": budget_s, "elapsed_s": elapsed, "planned_epochs": planned},
+                    }
+                    | ({"scaler_state": scaler.state_dict()} if scaler is not None else {})
                 )
-                if not math.isfinite(value):
-                    msg += f"  [val {cfg.best_metric} not finite: not a candidate for best.pt]"
-                print(msg, flush=True)  # one line per epoch, in a log as on a terminal
-        if dd.world > 1:
-            dist.barrier()
-        if not math.isfinite(loss):
-            break  # diverged: every later epoch would train on NaN weights
-        epoch += 1
-        if cfg.patience and epoch - 1 - best_epoch >= cfg.patience:
-            break  # early stopping: no better validation figure for `patience` epochs
-        if planner is not None:
-            planned = _agree(planner.plan(epoch), dd, device)
-    return TrainResult(best_path, last_path, best_epoch, best_value, mcfg, history)
+                save_checkpoint(last_path, payload)
+                if improved:
+                    save_checkpoint(best_path, payload)
+                atomic_write_text(out_dir / "history.json", history_json(history))
+                if log is not None:
+                    log.epoch(rec, val.sigma, val.z)
+                if cfg.progress:
+                    _print_epoch(rec, cfg.best_metric, value)
+            if dd.world > 1:
+                dist.barrier()
+            if not math.isfinite(loss):
+                break  # diverged: every later epoch would train on NaN weights
+            epoch += 1
+            if cfg.patience and epoch - 1 - best_epoch >= cfg.patience:
+                break  # early stopping: no better validation figure for `patience` epochs
+            if planner is not None:
+                planned = agree(planner.plan(epoch), dd, device)
+    finally:
+        if log is not None:
+            log.close()
+    return TrainResult(best_path, last_path, best_epoch, best_value, mcfg, history, core, init)
 
 
-def _agree(planned: int, dd: _Dist, device: torch.device) -> int:
-    """Rank 0's plan on every rank (timings differ between processes; the epoch count must not)."""
-    if dd.world <= 1:
-        return planned
-    t = torch.tensor([planned], device=device)
-    dist.broadcast(t, src=0)
-    return int(t.item())
+def _check_resumable(cfg: TrainConfig, ckpt: dict[str, Any], mcfg: ModelConfig, variant: str) -> None:
+    """Refuse a checkpoint of another model config, variant, fine-tuning source or frozen set."""
+    diffs = config_differences(ckpt["model_config"], mcfg.to_dict())
+    if ckpt["variant"] != variant:
+        diffs.append(f"variant: {ckpt['variant']!r} != {variant!r}")
+    before = ckpt.get("train_config", {})
+    if list(before.get("freeze", ())) != list(cfg.freeze):
+        diffs.append(f"freeze: {list(before.get('freeze', ()))} != {list(cfg.freeze)}")
+    if before.get("init_from") != cfg.init_from:
+        diffs.append(f"init_from: {before.get('init_from')!r} != {cfg.init_from!r}")
+    if diffs:
+        raise CheckpointError(cfg.resume, "cannot resume, config differs: " + "; ".join(diffs))
+    if "optimizer_state" not in ckpt or "epoch" not in ckpt:
+        raise CheckpointError(cfg.resume, "missing fields 'optimizer_state'/'epoch' needed to resume")
+
+
+def _open_log(cfg: TrainConfig, out_dir: Path, start_epoch: int, dd: DistInfo) -> Any:
+    """The TensorBoard log of rank 0 (None when disabled or on another rank)."""
+    if not (cfg.tensorboard and dd.is_main):
+        return None
+    from .train_log import TrainLog
+
+    return TrainLog(out_dir, start_epoch)
+
+
+def _print_epoch(rec: EpochRecord, metric: str, value: float) -> None:
+    """One line per epoch, in a log as on a terminal."""
+    msg = (
+        f"epoch {rec.epoch + 1}/{rec.planned_epochs}: loss {rec.train_loss:.4f}  val AVE {rec.val_ave:.4f} m/s  "
+        f"NLL {rec.val_nll:.3f}  NEES med {rec.val_nees_median:.2f} in-bounds {100 * rec.val_nees_share:.0f}%  "
+        f"({rec.windows_per_s:.0f} win/s)"
+    )
+    if not math.isfinite(value):
+        msg += f"  [val {metric} not finite: not a candidate for best.pt]"
+    print(msg, flush=True)

@@ -1,13 +1,16 @@
 """The steps of a training run (:mod:`.train` drives them): batches, the optimiser, one epoch, validation,
 the loss with the KL ramp, and the timing pass a time budget is planned from.
+
+The forward pass of a training step runs in the run's precision (:mod:`.train_precision`); the loss,
+the weights and validation are float32.
 """
 
 from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -22,6 +25,7 @@ from .losses import kl_loss
 from .model import VeloBinsNet
 from .networks import training_loss
 from .schedule import nees_bounds, time_steps
+from .train_precision import Precision, to_float32
 from .variants import Variant
 
 _VAL_BATCH = 1024
@@ -59,22 +63,26 @@ def make_optimizer(params: Iterable[nn.Parameter], lr: float) -> torch.optim.Ada
 
 @dataclass(frozen=True)
 class ValFigures:
-    """One validation pass: network AVE [m/s], Gaussian NLL [nats per axis], NEES median and share in bounds."""
+    """One validation pass: network AVE [m/s], Gaussian NLL [nats per axis], NEES median and share in bounds;
+    with ``keep_samples``, the predicted σ and the normalised error e/σ of every window, (N, 3) each."""
 
     ave: float
     nll: float
     nees_median: float
     nees_share: float
+    sigma: torch.Tensor | None = field(default=None, compare=False, repr=False)
+    z: torch.Tensor | None = field(default=None, compare=False, repr=False)
 
 
 @torch.inference_mode()
-def evaluate(model: VeloBinsNet, ds: WindowDataset, device: torch.device) -> ValFigures:
+def evaluate(model: VeloBinsNet, ds: WindowDataset, device: torch.device, keep_samples: bool = False) -> ValFigures:
     """Network AVE (mean ‖v̂ − v‖, m/s), Gaussian NLL (nats per axis) and the network NEES
-    (Σ_axes e²/σ², per window: median and share inside the χ²(3) 95 % bounds) over all windows of ``ds``."""
+    (Σ_axes e²/σ², per window: median and share inside the χ²(3) 95 % bounds) over all windows of ``ds``;
+    ``keep_samples`` also returns σ and e/σ per window (the training log's histograms)."""
     was_training = model.training
     model.eval()
     err_sum, nll_sum, count = 0.0, 0.0, 0
-    nees = []
+    nees, sigmas, zs = [], [], []
     for idx in torch.arange(len(ds)).split(_VAL_BATCH):
         x, y = ds.gather(idx)
         out = model(x.to(device))
@@ -83,12 +91,16 @@ def evaluate(model: VeloBinsNet, ds: WindowDataset, device: torch.device) -> Val
         err_sum += float(e.norm(dim=-1).sum())
         nll_sum += float((_HALF_LOG_2PI + 0.5 * var.log() + 0.5 * e.square() / var).sum())
         nees.append((e.square() / var).sum(-1).cpu())
+        if keep_samples:
+            sigmas.append(var.sqrt().float().cpu())
+            zs.append((e / var.sqrt()).float().cpu())
         count += len(idx)
     model.train(was_training)
     all_nees = torch.cat(nees)
     lo, hi = nees_bounds()
     share = float(((all_nees >= lo) & (all_nees <= hi)).double().mean())
-    return ValFigures(err_sum / count, nll_sum / (3 * count), float(all_nees.median()), share)
+    samples = (torch.cat(sigmas), torch.cat(zs)) if keep_samples else (None, None)
+    return ValFigures(err_sum / count, nll_sum / (3 * count), float(all_nees.median()), share, *samples)
 
 
 def weighted_loss(
@@ -126,21 +138,23 @@ def train_epoch(
     device: torch.device,
     progress: tqdm | None = None,
     schedule: Any = None,
-    deadline: float | None = None,
+    stop: Callable[[], bool] | None = None,
+    precision: Precision | None = None,
+    scaler: torch.amp.GradScaler | None = None,
 ) -> tuple[float, int]:
     """One pass over ``batches``: (mean training loss, batches done). ``model`` may be the DDP wrapper of ``core``.
 
     ``schedule(i)`` gives the (LR, λ_KL multiplier) of the epoch's i-th step (None: the optimiser's
-    LR and weight 1); the pass stops early once ``time.perf_counter()`` passes ``deadline``
-    (after one step at least, so even a run whose set-up used up the budget ends with a trained checkpoint).
+    LR and weight 1); the pass stops early when ``stop()`` says so, asked before every step but the
+    first (so even a run whose set-up used up the budget ends with a trained checkpoint; under DDP
+    every rank must get the same answer: :func:`velobins_net.train.budget_stop` asks rank 0).
+    ``precision`` runs the forward pass under autocast; ``scaler`` scales the loss (float16).
     """
-    import time
-
     model.train()
     centres = core.bins.centres if getattr(core, "bins", None) is not None else torch.empty(0, device=device)
     total, done = 0.0, 0
     for i, idx in enumerate(batches):
-        if deadline is not None and done > 0 and time.perf_counter() > deadline:
+        if stop is not None and done > 0 and stop():
             break
         kl_w = 1.0
         if schedule is not None:
@@ -149,11 +163,21 @@ def train_epoch(
                 group["lr"] = lr
         x, y = ds.gather(idx)
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-        out = model(x)
+        if precision is None or precision.dtype is None:
+            out = model(x)
+        else:
+            with precision.autocast():
+                out = model(x)
+            out = to_float32(out)  # the loss in float32 (labels' small bin masses)
         loss = weighted_loss(variant, out, y, grid, centres, use_nll, kl_w)
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
+        if scaler is None:
+            loss.backward()
+            optimizer.step()
+        else:
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)  # skipped when the scaled gradients overflowed
+            scaler.update()
         total += float(loss.detach())
         done += 1
         if progress is not None:
@@ -172,6 +196,7 @@ def estimate_epoch_seconds(
     grid: BinGrid,
     device: torch.device,
     steps_per_epoch: int,
+    precision: Precision | None = None,
 ) -> float:
     """Expected seconds of one epoch (training steps + validation), from a few steps on a throw-away copy.
 
@@ -186,7 +211,12 @@ def estimate_epoch_seconds(
         x, y = (t.to(device) for t in train_ds.gather(idx))
 
         def step() -> None:
-            loss = weighted_loss(variant, probe(x), y, grid, centres, False, 1.0)
+            if precision is None or precision.dtype is None:
+                out = probe(x)
+            else:
+                with precision.autocast():
+                    out = to_float32(probe(x))
+            loss = weighted_loss(variant, out, y, grid, centres, False, 1.0)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
