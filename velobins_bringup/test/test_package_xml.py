@@ -40,6 +40,8 @@ PYTHON_KEYS: dict[str, str | None] = {
     "pytest": "python3-pytest",
     "onnx": None,
     "rotorpy": None,
+    "submitit": None,
+    "tensorboard": None,
 }
 # pip distribution name -> import name, where they differ (docker/requirements.txt names distributions).
 DISTRIBUTION_MODULES = {"pyyaml": "yaml"}
@@ -75,8 +77,9 @@ ROS_MODULE_PACKAGE = {"tf2_ros": "tf2_ros_py"}
 # Message packages the rotor bridge resolves by name at runtime (presets): never a declared
 # dependency, named in a comment of the package.xml of the package that mentions them.
 OPTIONAL_PACKAGES = ("mavros_msgs", "px4_msgs")
-# Attribute uses that need a distribution the code never imports itself (torch.onnx needs onnx).
-IMPLIED_IMPORTS = {"torch.onnx": "onnx"}
+# Attribute uses and imports that need a distribution the code never imports itself (torch.onnx needs
+# onnx, torch.utils.tensorboard needs tensorboard).
+IMPLIED_IMPORTS = {"torch.onnx": "onnx", "torch.utils.tensorboard": "tensorboard"}
 
 RUNTIME_KINDS = ("depend", "exec_depend", "build_export_depend")
 ALL_KINDS = ("depend", "build_depend", "buildtool_depend", "build_export_depend", "exec_depend", "test_depend")
@@ -133,6 +136,7 @@ def imported_names(path: Path) -> set[str]:
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             names.add(node.module)
+            names.add(IMPLIED_IMPORTS.get(node.module, node.module))
         elif (
             isinstance(node, ast.Call)
             and getattr(node.func, "attr", getattr(node.func, "id", None)) == "import_module"

@@ -109,35 +109,47 @@ def test_windows_resampling_and_normalisation():
 
 DDP_SCRIPT = textwrap.dedent(
     """
-    import sys, torch
+    import os, sys, torch
     sys.path.insert(0, {here!r})
     torch.set_num_threads(1)
     from synthetic import make_flight
     from velobins_net.config import ModelConfig
     from velobins_net.train import TrainConfig, train
-    cfg = TrainConfig(model=ModelConfig(num_bins=16), epochs=1, stride=10, progress=False, device="cpu")
+    rank = int(os.environ["RANK"])
+    # The ranks' clocks disagree on purpose: rank 1's own budget ran out before it started. Rank 0
+    # decides (plan and in-epoch stop), so both ranks run rank 0's two epochs, step for step.
+    budget = 10.0 if rank == 0 else 1e-6
+    cfg = TrainConfig(model=ModelConfig(num_bins=16), epochs=2, stride=10, progress=False, device="cpu",
+                      time_budget=budget)
     res = train(cfg, [make_flight(1, duration=6.0)], [make_flight(2, duration=3.0)], {out!r})
-    print("RANK_DONE", res.history[-1].val_ave)
+    torch.save(res.model.state_dict(), {out!r} + f"/rank{{rank}}.pt")
+    print("RANK_DONE", rank, len(res.history), res.history[-1].val_ave)
     """
 )
 
 
 def test_distributed_data_parallel_two_cpu_processes(tmp_path):
+    """``torchrun --nproc_per_node 2`` on CPU (gloo): both ranks end with bit-identical weights, and the time
+    budget is rank 0's on every rank (a rank that decided alone would desynchronise the all-reduce)."""
     script = tmp_path / "ddp_run.py"
-    script.write_text(DDP_SCRIPT.format(here=str(HERE), out=str(tmp_path / "out")))
+    out = tmp_path / "out"
+    script.write_text(DDP_SCRIPT.format(here=str(HERE), out=str(out)))
     env = os.environ | {"OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"]
-    cmd += ["--master_addr", "127.0.0.1", "--master_port", str(port), str(script)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=90, env=env, cwd=tmp_path)
+    torchrun = Path(sys.executable).with_name("torchrun")
+    cmd = [str(torchrun), "--nproc_per_node", "2", "--master_addr", "127.0.0.1", "--master_port", str(port)]
+    proc = subprocess.run([*cmd, str(script)], capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.count("RANK_DONE") == 2
-    vals = {line.split()[1] for line in proc.stdout.splitlines() if line.startswith("RANK_DONE")}
-    assert len(vals) == 1  # both ranks hold the same synchronised weights
-    ck = read_checkpoint(tmp_path / "out" / "last.pt")
-    assert ck["world_size"] == 2
+    done = [line.split() for line in proc.stdout.splitlines() if line.startswith("RANK_DONE")]
+    assert sorted(d[1] for d in done) == ["0", "1"] and {d[2] for d in done} == {"2"}  # rank 0's plan on both
+    assert len({d[3] for d in done}) == 1
+    weights = [torch.load(out / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
+    for key in weights[0]:
+        assert torch.equal(weights[0][key], weights[1][key]), key
+    ck = read_checkpoint(out / "last.pt")
+    assert ck["world_size"] == 2 and all(torch.equal(ck["model_state"][k], weights[0][k]) for k in weights[0])
 
 
 def test_resume_under_a_time_budget_keeps_the_elapsed_time_and_the_epoch_cap(tmp_path):

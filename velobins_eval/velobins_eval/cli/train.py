@@ -12,6 +12,11 @@ last flights of ``--data`` (``--val-fraction``) are held out for validation.
 
 Under ``torchrun --nproc_per_node N -m velobins_eval.train_cli ...`` the same command trains with
 DistributedDataParallel.
+
+Fine-tuning: ``--init-from crazyflie`` (a shipped model) or ``--init-from PATH`` starts from that
+model's weights; the variant, method and architecture options then default to the source model's
+(an explicit option that changes the architecture is refused, :mod:`velobins_net.train_init`), and
+``--freeze encoder`` keeps a part of it fixed.
 """
 
 from __future__ import annotations
@@ -45,6 +50,10 @@ TRAIN_FIELDS = (
     "patience",
     "velocity_range",
     "device",
+    "precision",
+    "deterministic",
+    "init_from",
+    "tensorboard",
 )
 """TrainConfig fields that are options of ``velobins train`` (defaults and help from the dataclass)."""
 
@@ -76,10 +85,12 @@ def parse_cli_variant(variant: str, uncertainty: str | None, method: str = "velo
 
 def build_parser() -> argparse.ArgumentParser:
     """Options of ``velobins train``; the training and model options come from their dataclasses."""
+    from velobins_common.fields import field_docs
     from velobins_net.config import BIN_ENCODINGS, ModelConfig
     from velobins_net.decoders import UNCERTAINTY_SOURCES
     from velobins_net.schedule import LR_SCHEDULES, RECIPES
     from velobins_net.train import METRICS, TrainConfig
+    from velobins_net.train_precision import PRECISIONS
 
     p = argparse.ArgumentParser(prog="velobins train", description=__doc__.split("\n\n")[0])
     p.add_argument("--dataset", required=True, choices=KINDS, help="adapter for --data/--val")
@@ -118,8 +129,20 @@ def build_parser() -> argparse.ArgumentParser:
         p,
         TrainConfig,
         TRAIN_FIELDS,
-        flags={"time_budget": "--time-budget"},
-        choices={"best_metric": METRICS, "device": ("auto", "cpu", "cuda"), "lr_schedule": LR_SCHEDULES},
+        flags={"time_budget": "--time-budget", "init_from": "--init-from"},
+        choices={
+            "best_metric": METRICS,
+            "device": ("auto", "cpu", "cuda"),
+            "lr_schedule": LR_SCHEDULES,
+            "precision": PRECISIONS,
+        },
+    )
+    p.add_argument(
+        "--freeze",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help=field_docs(TrainConfig)["freeze"] + "; repeat or comma-separate",
     )
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
     p.add_argument(
@@ -142,7 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-TRAIN_LAYOUT = RunLayout("train", ("best.pt", "last.pt", "history.json"))
+TRAIN_LAYOUT = RunLayout("train", ("best.pt", "last.pt", "history.json", "tensorboard"))
 """What ``velobins train`` owns in ``--out``: a directory holding any of these holds a run."""
 
 CHECKPOINT_RESERVE_BYTES = 16 << 20
@@ -182,13 +205,33 @@ def split_validation(seqs: list, fraction: float) -> tuple[list, list]:
 
 def parse_train_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Parse ``velobins train``'s options: the recipe's values replace the dataclass defaults of the
-    options not given on the command line (explicit options always win)."""
+    options not given on the command line, and so do the source model's variant, method and
+    architecture with ``--init-from`` (explicit options always win)."""
     from velobins_net.schedule import RECIPES
 
     parser = build_parser()
-    recipe = parser.parse_known_args(argv)[0].recipe
-    parser.set_defaults(**RECIPES[recipe])
-    return parser.parse_args(argv)
+    known = parser.parse_known_args(argv)[0]
+    parser.set_defaults(**RECIPES[known.recipe])
+    if known.init_from:
+        parser.set_defaults(**init_defaults(known.init_from))
+    args = parser.parse_args(argv)
+    args.freeze = tuple(name.strip() for item in args.freeze for name in item.split(",") if name.strip())
+    return args
+
+
+def init_defaults(init_from: str) -> dict[str, object]:
+    """Option defaults of a fine-tuning run: the source model's variant (or method) and architecture options."""
+    from velobins_net.train_init import read_init_source
+
+    _, ckpt = read_init_source(init_from)
+    model = dict(ckpt["model_config"])
+    method = model.get("method", "velobins")
+    defaults: dict[str, object] = {name: model[name] for name in MODEL_FIELDS if name in model}
+    if method != "velobins":
+        defaults["method"] = method
+    else:
+        defaults["variant"] = ckpt["variant"]
+    return defaults
 
 
 def main_train(argv: list[str] | None = None) -> int:
@@ -214,6 +257,16 @@ def _load(args: argparse.Namespace) -> tuple[list, list, list]:
         return list(loaded.sequences), list(val.sequences), skipped
     train_seqs, val_seqs = split_validation(list(loaded.sequences), args.val_fraction)
     return train_seqs, val_seqs, skipped
+
+
+def describe_init(init: dict) -> str:
+    """One line on how a fine-tuned (or partly frozen) run started."""
+    parts = [f"initialised from {init['source']} ({init['variant']})"] if init.get("source") else []
+    if init["kept_fresh"]:
+        parts.append(f"kept fresh (shapes differ): {', '.join(init['kept_fresh'])}")
+    if init["frozen"]:
+        parts.append(f"frozen: {len(init['frozen'])} parameter tensors")
+    return "; ".join(parts)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -246,6 +299,7 @@ def _run(args: argparse.Namespace) -> int:
         variant=variant.name,
         **config_values(args, TRAIN_FIELDS),
         resume=str(resume) if resume else None,
+        freeze=args.freeze,
         progress=not args.no_progress,
         data_description=f"{args.dataset}: train {args.data} ({len(train_seqs)} flights), "
         f"val {args.val or 'held out'} ({len(val_seqs)} flights){notes}",
@@ -256,6 +310,8 @@ def _run(args: argparse.Namespace) -> int:
         f"(recipe {args.recipe}{budget}) -> {args.out}"
     )
     result = train(cfg, train_seqs, val_seqs, args.out)
+    if result.init is not None:
+        print(describe_init(result.init))
     if result.history:
         print(f"{'epoch':>5} {'loss':>9} {'val AVE':>8} {'val NLL':>8} {'NEES in':>7} {'lr':>8} {'win/s':>7}")
         for h in result.history:

@@ -1,0 +1,48 @@
+"""``velobins train`` fine-tuning and training conventions on the command line: ``--init-from`` takes the
+source model's variant and architecture as defaults, an explicit other architecture exits 2 in one line,
+and a fine-tuned run on real flights writes its checkpoint, history and TensorBoard log."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from velobins_eval.cli import main
+from velobins_eval.train_cli import TRAIN_LAYOUT, parse_train_args
+from velobins_net.checkpoint import read_checkpoint
+
+DEMO = Path(__file__).resolve().parents[1] / "velobins_eval" / "demo_data" / "nanobench"
+BASE = ["--dataset", "nanobench", "--data", str(DEMO), "--val-fraction", "0.5"]
+
+
+def test_init_from_takes_the_source_models_options_as_defaults():
+    args = parse_train_args([*BASE, "--out", "o", "--init-from", "crazyflie"])
+    assert (args.variant, args.num_bins, args.bin_encoding, args.method) == ("G+H^B", 512, "spe", "velobins")
+    assert parse_train_args([*BASE, "--out", "o", "--init-from", "crazyflie-reg"]).variant == "reg"
+    explicit = parse_train_args([*BASE, "--out", "o", "--init-from", "crazyflie", "--bins", "64", "--variant", "G^B"])
+    assert (explicit.num_bins, explicit.variant) == (64, "G^B")
+    args = parse_train_args([*BASE, "--out", "o", "--freeze", "encoder,bins", "--freeze", "cov", "--precision", "bf16"])
+    assert args.freeze == ("encoder", "bins", "cov") and args.precision == "bf16" and args.init_from is None
+    assert "tensorboard" in TRAIN_LAYOUT.patterns  # --overwrite removes the event log with the run
+
+
+def test_another_architecture_or_an_unknown_source_exits_2_in_one_line(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["train", *BASE, "--init-from", "crazyflie", "--bins", "64", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "crazyflie.pt" in err[0] and "num_bins: 512 != 64" in err[0], err
+    assert main(["train", *BASE, "--init-from", "nowhere.pt", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "nowhere.pt" in err[0] and "shipped" in err[0], err
+    assert not (out / "best.pt").exists()
+
+
+def test_fine_tune_a_shipped_model_on_real_flights(tmp_path, capsys):
+    out = tmp_path / "run"
+    argv = ["train", *BASE, "--init-from", "crazyflie", "--freeze", "encoder", "--epochs", "1", "--stride", "50"]
+    argv += ["--precision", "bf16", "--threads", "1", "--no-progress", "--out", str(out)]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "initialised from crazyflie (G+H^B)" in printed and "frozen:" in printed
+    ck = read_checkpoint(out / "best.pt")
+    assert ck["init"]["source"] == "crazyflie" and ck["train_config"]["freeze"] == ("encoder",)
+    assert list((out / "tensorboard").glob("events.out.tfevents.*")) and (out / "history.json").is_file()
