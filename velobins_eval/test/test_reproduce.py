@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from velobins_eval.metrics import FlightMetrics
-from velobins_eval.reproduce.jobs import run_trainings, train_command
+from velobins_eval.cli.reproduce import parse_options
+from velobins_eval.reproduce.commands import reproduce
 from velobins_eval.reproduce.manifest import check_manifest
 from velobins_eval.reproduce.paper import direction_sentence
 from velobins_eval.reproduce.plan import (
@@ -33,6 +34,7 @@ from velobins_eval.reproduce.plan import (
     sweep_row,
 )
 from velobins_eval.reproduce.summary import RowSummary
+from velobins_eval.reproduce.tasks import Data, TrainingTask, train_argv
 from velobins_eval.scoring import KEYS
 
 METRIC_NAMES = set(KEYS)
@@ -77,34 +79,38 @@ def test_tables_select_the_trainings_they_need() -> None:
         parse_tables("I,IV")
 
 
-def test_train_command_resumes_a_partial_run_and_finished_models_are_detected(tmp_path: Path) -> None:
+def test_train_argv_resumes_a_partial_run_and_finished_models_are_detected(tmp_path: Path) -> None:
     job = TrainingJob("G-B", ("--variant", "G", "--uncertainty", "B"), 0)
     smoke = SCHEDULES["smoke"]
-    cmd = train_command(job, smoke, "csv", tmp_path / "train", tmp_path / "val", tmp_path, "cpu")
-    assert "--resume" not in cmd and cmd[cmd.index("--epochs") + 1] == str(smoke.epochs)
+    data = Data("csv", tmp_path / "train", tmp_path / "val")
+    argv = train_argv(job, smoke, data, tmp_path, "cpu", 1)
+    assert "--resume" not in argv and argv[argv.index("--epochs") + 1] == str(smoke.epochs)
     # Per-epoch lines go to the log (bars draw on a terminal only, never into a log file).
-    assert cmd[cmd.index("--threads") + 1] == "1" and "--no-progress" not in cmd
+    assert argv[argv.index("--threads") + 1] == "1" and "--no-progress" not in argv
+    four = train_argv(job, smoke, data, tmp_path, "cpu", 4)  # a Slurm job's cores
+    assert four[four.index("--threads") + 1] == "4"
     partial = partial_dir(tmp_path, "G-B")
     assert partial == tmp_path / "models" / "G-B.partial"
     partial.mkdir(parents=True)
     # Files that are no training (a lock file of a killed run) need no flag.
     (partial / ".velobins.lock").write_text("")
-    cmd = train_command(job, smoke, "csv", tmp_path / "train", tmp_path / "val", tmp_path, "cpu")
-    assert "--resume" not in cmd and "--overwrite" not in cmd
+    argv = train_argv(job, smoke, data, tmp_path, "cpu", 1)
+    assert "--resume" not in argv and "--overwrite" not in argv
     # A partial run that cannot be resumed (no last.pt) is restarted explicitly.
     (partial / "history.json").write_text("[]")
-    cmd = train_command(job, smoke, "csv", tmp_path / "train", tmp_path / "val", tmp_path, "cpu")
-    assert "--overwrite" in cmd and "--resume" not in cmd
-    # One that left last.pt is resumed from it.
+    argv = train_argv(job, smoke, data, tmp_path, "cpu", 1)
+    assert "--overwrite" in argv and "--resume" not in argv
+    # One that left last.pt is resumed from it: what a requeued job (the same task) does when it starts again.
     (partial / "last.pt").write_bytes(b"")
-    cmd = train_command(job, smoke, "csv", tmp_path / "train", tmp_path / "val", tmp_path, "cpu")
-    assert cmd[cmd.index("--resume") + 1] == str(partial / "last.pt") and "--overwrite" not in cmd
+    task = TrainingTask(job, smoke, data, tmp_path, "cpu", 1)
+    argv = task.argv()
+    assert argv[argv.index("--resume") + 1] == str(partial / "last.pt") and "--overwrite" not in argv
     assert not is_trained(tmp_path, "G-B")
     model_dir(tmp_path, "G-B").mkdir()
     (model_dir(tmp_path, "G-B") / "best.pt").write_bytes(b"")
     assert is_trained(tmp_path, "G-B")
-    # A finished model is skipped: no process is started, its time is 0.
-    assert run_trainings([job], smoke, "csv", tmp_path, tmp_path, tmp_path, 1, progress=False) == {"G-B": 0.0}
+    # A finished model is never trained again, even by a job that was already queued: it returns at once.
+    assert task() == 0.0 and not task.log.exists()
 
 
 def test_out_dir_of_another_plan_is_refused_naming_what_differs(tmp_path: Path) -> None:
@@ -210,12 +216,13 @@ def test_smoke_schedule_end_to_end(tmp_path: Path) -> None:
     assert config["git_commit"] and config["wall_time_s"] > 0 and "--schedule smoke" in config["command"]
     assert config["data"]["val"] == str(tmp_path / "val")
 
-    # Resume: every model is finished, so a second training pass starts nothing.
-    jobs, _ = plan(smoke)
-    mtimes = {j.name: (model_dir(out, j.name) / "best.pt").stat().st_mtime for j in jobs}
-    seconds = run_trainings(jobs, smoke, "csv", tmp_path / "train", tmp_path / "val", out, 2, progress=False)
-    assert seconds == dict.fromkeys(mtimes, 0.0)
-    assert {j.name: (model_dir(out, j.name) / "best.pt").stat().st_mtime for j in jobs} == mtimes
+    # Every job of the plan has its file: a second run (submitit's local executor again) submits nothing.
+    ran: list[str] = []
+    jobs, units = plan(smoke)
+    mtimes = {p: p.stat().st_mtime_ns for p in (*out.glob("models/*/best.pt"), *out.glob("units/val/*.npz"))}
+    assert len(mtimes) == len(jobs) + len(units) + 1  # the trainings, the units, the IMU-only baseline
+    assert reproduce(parse_options(argv), on_done=lambda task: ran.append(task.name)) == 0
+    assert ran == [] and {p: p.stat().st_mtime_ns for p in mtimes} == mtimes
 
     # Partial runs go to the real `velobins train` with an explicit flag: one with last.pt is resumed
     # (its one epoch is done: nothing retrained), one without last.pt is restarted (--overwrite).
@@ -223,10 +230,18 @@ def test_smoke_schedule_end_to_end(tmp_path: Path) -> None:
     resumed.rename(partial_dir(out, "G-B"))
     restarted.rename(partial_dir(out, "H-B"))
     (partial_dir(out, "H-B") / "last.pt").unlink()
-    seconds = run_trainings(jobs, smoke, "csv", tmp_path / "train", tmp_path / "val", out, 2, progress=False)
-    assert {n for n, s in seconds.items() if s > 0} == {"G-B", "H-B"}
-    assert (resumed / "best.pt").stat().st_mtime == mtimes["G-B"]  # resumed: no epoch redone
-    assert (restarted / "best.pt").stat().st_mtime > mtimes["H-B"] and (restarted / "last.pt").is_file()
+    data = Data("csv", tmp_path / "train", tmp_path / "val")
+    for name in ("G-B", "H-B"):
+        job = next(j for j in jobs if j.name == name)
+        assert TrainingTask(job, smoke, data, out, "cpu", 1)() > 0
+    assert (resumed / "best.pt").stat().st_mtime_ns == mtimes[resumed / "best.pt"]  # resumed: no epoch redone
+    assert (restarted / "best.pt").stat().st_mtime_ns > mtimes[restarted / "best.pt"] and (
+        restarted / "last.pt"
+    ).is_file()
     log = (out / "logs" / "H-B.log").read_text()
     assert "--overwrite" in log and "epoch 1/" in log  # per-epoch lines reach the log
     assert not list(out.rglob("*.tmp")) and not list(out.glob("models/*.partial"))
+    # The retrained H-B has a new best.pt: its unit is stale and only it is recomputed.
+    ran.clear()
+    assert reproduce(parse_options(argv), on_done=lambda task: ran.append(task.name)) == 0
+    assert ran == ["evaluate val/H-B"]

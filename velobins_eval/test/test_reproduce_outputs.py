@@ -1,20 +1,19 @@
 """``velobins reproduce`` and ``velobins demo`` outputs (issue 13): locks, plans, --overwrite, Ctrl-C.
 
 Every test runs the real command line (``velobins_eval.cli.main``: exit status and one-line
-errors) on four-second synthetic flights; the hours-long steps are replaced by small real ones:
-"training" writes a stand-in ``best.pt`` per planned model, "evaluation" gives every unit fixed
-metrics and records, and the rest (plan check, lock, IMU-only baseline, metrics.json, report.md,
-the matplotlib figures, config.json) is the production code.
+errors) on four-second synthetic flights; the hours-long jobs are replaced by small real ones:
+"training" writes a stand-in ``best.pt`` per planned model, "evaluation" writes every unit's result
+file (the real format) with fixed metrics and records, and the rest (plan check, lock, reading the
+unit files, metrics.json, report.md, the matplotlib figures, config.json) is the production code.
+(The real jobs through submitit: test_reproduce_engine.py.)
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -25,7 +24,7 @@ from velobins_data.datasets import write_csv
 from velobins_data.flight import Flight
 from velobins_eval.cli import main
 from velobins_eval.metrics import FlightMetrics
-from velobins_eval.reproduce import commands, evaluation, jobs, plan
+from velobins_eval.reproduce import commands, evaluation, plan, results
 from velobins_eval.scoring import KEYS, FlightRecord
 
 FLIGHTS = {"train": ("sim_circle_000", "sim_helix_001"), "val": ("sim_oval_002",)}
@@ -53,9 +52,10 @@ class FakeSteps:
         self.trained: list[str] = []
         self.during_training = None  # called inside the training step (while the lock is held)
 
-    def run_trainings(self, jobs, schedule, dataset, train, val, out, max_jobs, device="auto", progress=True):
+    def run_jobs(self, opts, schedule, splits, jobs, units, engine):
         if self.during_training is not None:
             self.during_training()
+        out = opts.out
         seconds = {}
         for job in jobs:
             if plan.is_trained(out, job.name):
@@ -65,17 +65,19 @@ class FakeSteps:
             (plan.model_dir(out, job.name) / "best.pt").write_text(self.tag)
             self.trained.append(job.name)
             seconds[job.name] = 1.0
+        for split, directory in splits.items():
+            seqs = [_flight(p.stem) for p in sorted(directory.glob("*.csv"))]
+            for i, unit in enumerate([*units, plan.EvalUnit(plan.IMU_ONLY, "")]):
+                if results.is_done(out, split, unit):
+                    continue
+                value = 0.1 + 0.01 * i
+                flights = {s.name: FlightMetrics(**dict.fromkeys(KEYS, value)) for s in seqs}
+                nees = {s.name: np.full(20, 2.0 + i, dtype=np.float32) for s in seqs}
+                kept = evaluation.keeps_records(unit) or unit.row == plan.IMU_ONLY
+                records = {s.name: _record(s, unit.row) for s in seqs} if kept else {}
+                result = evaluation.UnitResult(unit, flights, nees, records)
+                results.save_unit(results.unit_path(out, split, unit), result, results.checkpoint_stamp(out, unit))
         return seconds
-
-    def evaluate_split(self, units, out, dataset, directory, seqs, jobs, progress=True, params=()):
-        results = []
-        for i, unit in enumerate(units):
-            value = 0.1 + 0.01 * i
-            flights = {s.name: FlightMetrics(**dict.fromkeys(KEYS, value)) for s in seqs}
-            nees = {s.name: np.full(20, 2.0 + i, dtype=np.float32) for s in seqs}
-            records = {s.name: _record(s, unit.row) for s in seqs} if evaluation.keeps_records(unit) else {}
-            results.append(evaluation.UnitResult(unit, flights, nees, records))
-        return results
 
 
 def _record(seq: Flight, method: str) -> FlightRecord:
@@ -98,8 +100,7 @@ def _record(seq: Flight, method: str) -> FlightRecord:
 @pytest.fixture
 def steps(monkeypatch: pytest.MonkeyPatch) -> FakeSteps:
     fake = FakeSteps()
-    monkeypatch.setattr(commands, "run_trainings", fake.run_trainings)
-    monkeypatch.setattr(commands, "evaluate_split", fake.evaluate_split)
+    monkeypatch.setattr(commands, "_run_jobs", fake.run_jobs)
     return fake
 
 
@@ -223,71 +224,9 @@ def test_ctrl_c_while_a_figure_is_written_leaves_no_temporary_file_and_no_lock(
     assert _leftovers(out) == [] and not (out / "val" / "figures" / "nees.png").exists()
     assert (out / "reproduce.json").is_file()  # the plan stays: the next run resumes
     monkeypatch.undo()
-    monkeypatch.setattr(commands, "run_trainings", steps.run_trainings)
-    monkeypatch.setattr(commands, "evaluate_split", steps.evaluate_split)
+    monkeypatch.setattr(commands, "_run_jobs", steps.run_jobs)
     steps.trained = []
     assert main(_argv(data, out, "--schedule", "smoke")) == 0 and steps.trained == []
-
-
-CHILD = """
-import os, signal, sys, time
-from pathlib import Path
-out = Path(sys.argv[sys.argv.index("--out") + 1])
-out.mkdir(parents=True, exist_ok=True)
-tmp = out / f".last.pt.{os.getpid()}.0123abcd.tmp"  # as velobins_common.outputs.atomic_path names it
-tmp.write_bytes(b"half a checkpoint")
-if "{stubborn}" == "yes":  # a child that ignores SIGINT and SIGTERM and must be killed
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-print("ready", flush=True)
-try:
-    time.sleep(60)
-finally:
-    tmp.unlink()
-"""
-
-
-@pytest.mark.parametrize("stubborn", ["no", "yes"])
-def test_ctrl_c_during_trainings_stops_them_and_leaves_no_temporary_file(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stubborn: str
-) -> None:
-    """The real run_trainings with stand-in training processes; Ctrl-C once both have begun writing."""
-
-    def command(job, schedule, dataset, train, val, out, device):
-        partial = plan.partial_dir(out, job.name)
-        return [sys.executable, "-c", CHILD.replace("{stubborn}", stubborn), "--out", str(partial)]
-
-    def interrupt_when_started(seconds: float) -> None:
-        logs = list((tmp_path / "logs").glob("*.log"))
-        if len(logs) == 2 and all("ready" in p.read_text().splitlines() for p in logs):
-            raise KeyboardInterrupt
-        time.sleep(0.05)
-
-    monkeypatch.setattr(jobs, "train_command", command)
-    monkeypatch.setattr(jobs, "STOP_GRACE_S", 0.5)
-    monkeypatch.setattr(jobs, "time", SimpleNamespace(monotonic=time.monotonic, sleep=interrupt_when_started))
-    trainings = [plan.TrainingJob("a", ()), plan.TrainingJob("b", ())]
-    smoke = plan.SCHEDULES["smoke"]
-    t0 = time.monotonic()
-    with pytest.raises(KeyboardInterrupt):
-        jobs.run_trainings(trainings, smoke, "csv", tmp_path, tmp_path, tmp_path, 2, progress=False)
-    assert time.monotonic() - t0 < (15 if stubborn == "yes" else 5)
-    assert _leftovers(tmp_path / "models") == []
-    assert sorted(p.name for p in (tmp_path / "models").iterdir()) == ["a.partial", "b.partial"]  # resumable
-
-
-def test_stop_processes_interrupts_first() -> None:
-    # The child takes SIGINT as Python's default even when the test runs in the background of a
-    # non-interactive shell (nohup ... &), which starts children with SIGINT ignored.
-    child = "import signal, time\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
-    child += "try:\n    print('ready', flush=True)\n    time.sleep(60)\nexcept KeyboardInterrupt:\n"
-    child += "    print('cleaned up')\n"
-    procs = [subprocess.Popen([sys.executable, "-c", child], stdout=subprocess.PIPE, text=True) for _ in range(2)]
-    assert [p.stdout.readline().strip() for p in procs] == ["ready", "ready"]
-    t0 = time.monotonic()
-    jobs.stop_processes(procs, grace_s=20.0)
-    assert time.monotonic() - t0 < 10
-    assert [(p.returncode, p.stdout.read().strip()) for p in procs] == [(0, "cleaned up")] * 2
 
 
 @pytest.mark.parametrize("where", ["root", "val"])

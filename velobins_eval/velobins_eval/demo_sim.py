@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from .reproduce import stop_processes
+from .processes import stop_processes
 
 MODELS = (("G+H^B", ["--variant", "G+H", "--uncertainty", "B", "--encoding", "spe"]), ("reg", ["--variant", "reg"]))
 """The two trained models: report label and their ``velobins train`` options."""

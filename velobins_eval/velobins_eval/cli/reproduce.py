@@ -7,9 +7,14 @@ import shlex
 import sys
 from pathlib import Path
 
+from velobins_common.fields import add_config_options, config_values, field_docs
 from velobins_data.datasets import KINDS
 from velobins_eval.reproduce.commands import Options, reproduce
+from velobins_eval.reproduce.engine import EXECUTORS, SlurmConfig
 from velobins_eval.reproduce.plan import SCHEDULES, parse_tables
+
+SLURM_FIELDS = ("partition", "time", "cpus_per_task", "gpus", "array_parallelism", "mem_gb")
+"""SlurmConfig fields that are ``--slurm-*`` options (defaults and help from the dataclass)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -46,7 +51,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="which tables to reproduce, comma-separated: I (methods), II (supervision), III (encoding), bins; "
         "default all",
     )
-    p.add_argument("--jobs", type=int, default=2, help="trainings / evaluation processes at once")
+    p.add_argument(
+        "--executor",
+        default="local",
+        choices=EXECUTORS,
+        help="job engine (submitit): local = a process per job on this machine, --jobs at once; "
+        "slurm = one job array per phase on a Slurm cluster (--slurm-* options; docs/reproduce.md)",
+    )
+    p.add_argument("--jobs", type=int, default=2, help="local jobs (trainings, evaluations) at once")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"), help="training device")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument(
@@ -56,11 +68,30 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         help="ROS parameter file with velobins_ekf filter overrides (e.g. velobins_bringup/config/nanobench.yaml)",
     )
+    slurm = p.add_argument_group("Slurm (with --executor slurm)")
+    add_config_options(
+        slurm,
+        SlurmConfig,
+        SLURM_FIELDS,
+        flags={name: "--slurm-" + name.replace("_", "-") for name in SLURM_FIELDS} | {"cpus_per_task": "--slurm-cpus"},
+    )
+    slurm.add_argument(
+        "--slurm-setup",
+        action="append",
+        default=[],
+        metavar="LINE",
+        help=field_docs(SlurmConfig)["setup"].replace("``", "") + " (repeatable)",
+    )
     return p
 
 
 def main_reproduce(argv: list[str] | None = None) -> int:
     """``velobins reproduce``; a user's mistake raises ``ValueError``/``FileNotFoundError`` (``velobins``: exit 2)."""
+    return reproduce(parse_options(argv))
+
+
+def parse_options(argv: list[str] | None = None) -> Options:
+    """The :class:`~.commands.Options` of a command line, checked (paths resolved)."""
     args = build_parser().parse_args(argv)
     if args.val is None:
         if not ((args.data / "train").is_dir() and (args.data / "val").is_dir()):
@@ -86,8 +117,10 @@ def main_reproduce(argv: list[str] | None = None) -> int:
         params=tuple(args.params),
         command=command,
         tables=parse_tables(args.tables),
+        executor=args.executor,
+        slurm=SlurmConfig(**config_values(args, SLURM_FIELDS), setup=tuple(args.slurm_setup)),
     )
-    return reproduce(opts)
+    return opts
 
 
 if __name__ == "__main__":

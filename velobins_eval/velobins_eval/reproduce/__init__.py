@@ -12,8 +12,10 @@ The package, in the order a run goes through it (:mod:`velobins_eval.cli.reprodu
 * :mod:`.commands` — check, lock ``<out>``, train, evaluate, report;
 * :mod:`.plan` — schedules, row names, the trainings and evaluation units, the output layout;
 * :mod:`.manifest` — ``<out>/reproduce.json`` and the checks made before any work;
-* :mod:`.jobs` — the ``velobins train`` subprocesses (``--jobs`` at once, resumed, stopped on Ctrl-C);
-* :mod:`.evaluation` — every unit scored on a split, in worker processes;
+* :mod:`.engine` — the job engine: submitit, local processes (``--jobs`` at once) or Slurm job arrays;
+* :mod:`.tasks` — the jobs: a training (resumed where it stopped), an evaluation unit, an IMU-only baseline;
+* :mod:`.evaluation` — one unit scored on a split (the code paths of ``velobins evaluate``);
+* :mod:`.results` — one result file per evaluation unit (what makes a re-run compute only what is missing);
 * :mod:`.summary` — rows over seeds, the IMU-only baseline, the ``metrics.json`` document;
 * :mod:`.tables`, :mod:`.paper`, :mod:`.figures`, :mod:`.render` — the report of a split;
 * :mod:`.errors` — :class:`~.errors.ReproduceError`.
@@ -29,6 +31,3 @@ removes the earlier reproduction; every report, table and figure is written atom
 
 from __future__ import annotations
 
-from .jobs import stop_processes
-
-__all__ = ["stop_processes"]

@@ -1,9 +1,11 @@
 """``velobins reproduce`` orchestrated: check, lock, train, evaluate, report (the work is in the other modules).
 
 :func:`reproduce` checks every input before any work, locks ``<out>`` for the whole command,
-refuses another plan (:mod:`.manifest`), then for the plan of :mod:`.plan` runs the trainings
-(:mod:`.jobs`), scores every unit on each split (:mod:`.evaluation`, :mod:`.summary`) and writes
-``<out>/<split>/`` (:mod:`.render`) with its ``config.json``.
+refuses another plan (:mod:`.manifest`), then for the plan of :mod:`.plan` runs, through the job
+engine (:mod:`.engine`, submitit), the trainings still missing, then the evaluation units still
+missing (each writes its own result file, :mod:`.results`), then each split's IMU-only baseline; and
+only aggregates: the unit files of each split become ``<out>/<split>/`` (:mod:`.summary`,
+:mod:`.render`) with its ``config.json``.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ import json
 import os
 import sys
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,25 +25,30 @@ from velobins_net.checkpoint import git_commit
 
 from ..evaluate import load_ekf_config
 from ..report import KEYS
+from .engine import Engine, SlurmConfig
 from .errors import ReproduceError
-from .evaluation import evaluate_split
-from .jobs import run_trainings
+from .evaluation import keeps_records
 from .manifest import check_data_outside, check_flights, check_manifest, remove_stale_temps, run_manifest
 from .plan import (
     HEADLINE,
     IMU_ONLY,
+    JOB_DIR,
     LAYOUT,
     MANIFEST_NAME,
     REGRESSION,
     SCHEDULES,
     TABLES,
+    EvalUnit,
     Schedule,
+    is_trained,
     plan,
     schedule_record,
 )
 from .render import write_split
+from .results import is_done, load_unit, unit_path
 from .summary import score_split
 from .tables import row_cells, table
+from .tasks import Data, EvaluationTask, ImuOnlyTask, TrainingTask
 
 
 @dataclass(frozen=True)
@@ -53,12 +61,14 @@ class Options:
         schedule: name of the training schedule (:data:`~velobins_eval.reproduce.plan.SCHEDULES`).
         out: output directory.
         overwrite: remove an earlier reproduction in ``out`` first.
-        jobs: trainings / evaluation processes at once.
+        jobs: local jobs (trainings, evaluations) at once.
         device: training device (``auto``, ``cpu``, ``cuda``).
         progress: draw progress bars.
         params: ROS parameter files with EKF filter overrides, as given.
         command: the command line, for ``config.json``.
         tables: the tables to reproduce (:data:`~velobins_eval.reproduce.plan.TABLES`).
+        executor: the job engine, ``local`` or ``slurm`` (:mod:`.engine`).
+        slurm: resources of each job with ``--executor slurm``.
     """
 
     dataset: str
@@ -74,13 +84,16 @@ class Options:
     params: tuple[Path, ...]
     command: str
     tables: tuple[str, ...] = TABLES
+    executor: str = "local"
+    slurm: SlurmConfig = field(default_factory=SlurmConfig)
 
 
-def reproduce(opts: Options) -> int:
+def reproduce(opts: Options, on_done: Callable[[Any], None] | None = None) -> int:
     """Check every input, lock ``opts.out``, check its plan, then train, evaluate and report.
 
     A user's mistake raises ``ValueError`` / ``FileNotFoundError`` (``OutputError`` is one) before
-    anything in ``out`` is modified; a failed training returns 1.
+    anything in ``out`` is modified; a failed job returns 1 (after its phase). ``on_done`` is
+    called with each job's task as it ends.
     """
     schedule = SCHEDULES[opts.schedule]
     splits = {"val": opts.val} | ({"test": opts.test} if opts.test else {})
@@ -95,30 +108,30 @@ def reproduce(opts: Options) -> int:
         for name in remove_stale_temps(opts.out):
             print(f"reproduce: removed {name} (left by an interrupted run)")
         atomic_write_text(opts.out / MANIFEST_NAME, json.dumps(manifest, indent=1))
-        return _run(opts, schedule, splits, data, ekf)
+        engine = Engine(opts.executor, opts.out / JOB_DIR, opts.jobs, opts.slurm, opts.progress, on_done)
+        return _run(opts, schedule, splits, data, ekf, engine)
 
 
-def _run(opts: Options, schedule: Schedule, splits: dict[str, Path], data: dict[str, Path], ekf: Any) -> int:
-    """Train, evaluate and report into the locked ``opts.out``."""
+def _run(
+    opts: Options, schedule: Schedule, splits: dict[str, Path], data: dict[str, Path], ekf: Any, engine: Engine
+) -> int:
+    """Run the missing jobs, then aggregate the unit files into the reports of the locked ``opts.out``."""
     from velobins_data.datasets import find_files, load_directory
 
     wall0 = time.monotonic()
     jobs, units = plan(schedule, opts.tables)
     print(f"reproduce: {len(jobs)} trainings ({opts.schedule}), {len(units)} evaluations per split -> {opts.out}")
     try:
-        train_s = run_trainings(
-            jobs, schedule, opts.dataset, opts.train, opts.val, opts.out, opts.jobs, opts.device, opts.progress
-        )
+        train_s = _run_jobs(opts, schedule, splits, jobs, units, engine)
     except ReproduceError as exc:
         print(f"velobins reproduce: error: {exc}", file=sys.stderr)
         return 1
     split_seqs = {split: load_directory(opts.dataset, directory) for split, directory in splits.items()}
     counts = {"train": len(find_files(opts.dataset, opts.train))} | {k: len(v) for k, v in split_seqs.items()}
-    params = tuple(str(p.resolve()) for p in opts.params)
-    for split, directory in splits.items():
+    for split in splits:
         seqs = split_seqs[split]
-        results = evaluate_split(units, opts.out, opts.dataset, directory, seqs, opts.jobs, opts.progress, params)
-        outcome = score_split(split, results, seqs, ekf)
+        results = [load_unit(unit_path(opts.out, split, u)) for u in [*units, EvalUnit(IMU_ONLY, "")]]
+        outcome = score_split(split, results, seqs)
         write_split(outcome, opts.out / split, opts.schedule, schedule, counts, opts.tables)
         config = run_config(opts, schedule, data, counts, split, ekf, train_s, time.monotonic() - wall0)
         atomic_write_text(opts.out / split / "config.json", json.dumps(config, indent=1))
@@ -126,6 +139,39 @@ def _run(opts: Options, schedule: Schedule, splits: dict[str, Path], data: dict[
         print(f"{split}: {opts.out / split / 'report.md'}")
     print(f"reproduce: done in {time.monotonic() - wall0:.0f} s")
     return 0
+
+
+def _run_jobs(
+    opts: Options, schedule: Schedule, splits: dict[str, Path], jobs: list, units: list[EvalUnit], engine: Engine
+) -> dict[str, float]:
+    """The three phases, each only what is missing: trainings, evaluation units, IMU-only baselines.
+
+    Returns {model: training seconds} (0 for a model trained earlier).
+    """
+    data = Data(opts.dataset, opts.train, opts.val)
+    trainings = [
+        TrainingTask(j, schedule, data, opts.out, opts.device, engine.threads)
+        for j in jobs
+        if not is_trained(opts.out, j.name)
+    ]
+    seconds = {task.job.name: s for task, s in engine.run(trainings, "trainings")}
+    params = tuple(str(p.resolve()) for p in opts.params)
+    common = {"data": data, "out": opts.out, "params": params, "threads": engine.threads}
+    evaluations = [
+        EvaluationTask(u, keeps_records(u), split=split, directory=directory, **common)
+        for split, directory in splits.items()
+        for u in units
+        if not is_done(opts.out, split, u)
+    ]
+    engine.run(evaluations, "evaluations")
+    headline = next(u for u in units if u.row == HEADLINE and keeps_records(u))
+    baselines = [
+        ImuOnlyTask(headline, split=split, directory=directory, **common)
+        for split, directory in splits.items()
+        if not is_done(opts.out, split, EvalUnit(IMU_ONLY, ""))
+    ]
+    engine.run(baselines, "IMU-only baselines")
+    return {j.name: seconds.get(j.name, 0.0) for j in jobs}
 
 
 def run_config(
@@ -148,7 +194,9 @@ def run_config(
         "data": {k: str(v) for k, v in data.items()},
         "flights": counts,
         "split": split,
+        "executor": opts.executor,
         "jobs": opts.jobs,
+        "slurm": dataclasses.asdict(opts.slurm) if opts.executor == "slurm" else None,
         "device": opts.device,
         "ekf_params": [str(p) for p in opts.params],
         "ekf": dataclasses.asdict(ekf),

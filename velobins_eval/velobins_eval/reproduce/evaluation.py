@@ -1,28 +1,23 @@
-"""Scoring every evaluation unit of the plan on one split, in worker processes.
+"""Scoring one evaluation unit on one split (an evaluation job of :mod:`.tasks` runs one).
 
 Each unit (a row and seed, see :class:`~velobins_eval.reproduce.plan.EvalUnit`) goes through the
 code paths of ``velobins evaluate``: :func:`~velobins_eval.evaluate.flight_record` (network then
-filter, or both in one loop for the Table I baselines) and :func:`~velobins_eval.scoring.score`. With
-``--jobs`` > 1 the units run in a pool of spawned processes (one torch thread each, the split's
-flights loaded once per worker); Ctrl-C or an error cancels every queued unit.
+filter, or both in one loop for the Table I baselines) and :func:`~velobins_eval.scoring.score`.
+The IMU-only baseline is a unit too (:func:`imu_only_unit`), sampled at the headline model's stamps.
 """
 
 from __future__ import annotations
 
-import multiprocessing
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from velobins_common.progress import progress_bar
-
 from .. import metrics
-from ..evaluate import flight_record, load_ekf_config
+from ..evaluate import flight_record, imu_only_flight
 from ..scoring import GroundTruth, score
-from .plan import BASELINE_ROWS, HEADLINE, REGRESSION, EvalUnit, model_dir
+from .plan import BASELINE_ROWS, HEADLINE, IMU_ONLY, REGRESSION, EvalUnit
 
 
 @dataclass
@@ -40,22 +35,6 @@ class UnitResult:
     flights: dict[str, metrics.FlightMetrics]
     nees: dict[str, np.ndarray]
     records: dict[str, Any] = field(default_factory=dict)
-
-
-_WORKER_SEQS: list = []
-_WORKER_EKF: Any = None
-
-
-def _init_worker(dataset: str, directory: str, params: tuple[str, ...] = ()) -> None:
-    """Pool initialiser: one torch thread, the split's flights loaded once per worker."""
-    import torch
-
-    from velobins_data.datasets import load_directory
-
-    torch.set_num_threads(1)
-    global _WORKER_SEQS, _WORKER_EKF
-    _WORKER_SEQS = load_directory(dataset, directory)
-    _WORKER_EKF = load_ekf_config([Path(p) for p in params])
 
 
 def evaluate_unit(
@@ -79,51 +58,19 @@ def evaluate_unit(
     return result
 
 
-def _evaluate_in_worker(unit: EvalUnit, checkpoint: str, keep_records: bool) -> UnitResult:
-    return evaluate_unit(unit, checkpoint, _WORKER_SEQS, keep_records, _WORKER_EKF)
-
-
 def keeps_records(unit: EvalUnit) -> bool:
     """Whether a unit keeps its flight records (seed 0 of the Table I methods: trajectories, IMU-only stamps)."""
     return unit.seed == 0 and unit.row in (HEADLINE, REGRESSION, *BASELINE_ROWS)
 
 
-def evaluate_split(
-    units: list[EvalUnit],
-    out: Path,
-    dataset: str,
-    directory: Path,
-    seqs: list,
-    jobs: int,
-    progress: bool = True,
-    params: tuple[str, ...] = (),
-) -> list[UnitResult]:
-    """Score every unit on the split's flights (``jobs`` processes; in this process when 1)."""
-    ckpt = {u: str(model_dir(out, u.model) / "best.pt") for u in units}
-    results: list[UnitResult] = []
-    bar = progress_bar(total=len(units), desc=f"evaluating {directory.name}", unit="row", enabled=progress)
-    try:
-        if jobs <= 1:
-            import torch
-
-            torch.set_num_threads(1)
-            ekf = load_ekf_config(list(map(Path, params)))
-            for u in units:
-                results.append(evaluate_unit(u, ckpt[u], seqs, keeps_records(u), ekf))
-                bar.update(1)
-        else:
-            ctx = multiprocessing.get_context("spawn")
-            pool = ProcessPoolExecutor(jobs, ctx, initializer=_init_worker, initargs=(dataset, str(directory), params))
-            try:
-                futures = [pool.submit(_evaluate_in_worker, u, ckpt[u], keeps_records(u)) for u in units]
-                for fut in as_completed(futures):
-                    results.append(fut.result())
-                    bar.update(1)
-            except BaseException:
-                pool.shutdown(wait=False, cancel_futures=True)  # no queued unit starts after an error or Ctrl-C
-                raise
-            pool.shutdown()
-    finally:
-        bar.close()
-    order = {u: i for i, u in enumerate(units)}
-    return sorted(results, key=lambda r: order[r.unit])
+def imu_only_unit(seqs: list, headline: UnitResult, ekf_config: Any = None) -> UnitResult:
+    """The IMU-only baseline of a split: the same filter without updates, sampled at the seed-0 headline
+    model's update stamps (its kept records), scored like every other row."""
+    if set(headline.records) != {s.name for s in seqs}:
+        raise ValueError(f"IMU-only: the {headline.unit.row} unit keeps no records of every flight")
+    result = UnitResult(EvalUnit(IMU_ONLY, ""), {}, {})
+    for seq in seqs:
+        record = imu_only_flight(seq, headline.records[seq.name].t, ekf_config)
+        result.flights[seq.name] = score(record, GroundTruth.of(seq))
+        result.records[seq.name] = record
+    return result

@@ -14,7 +14,17 @@ from typing import Any
 
 from velobins_common.outputs import OutputError, remove_stale_temp_files
 
-from .plan import LAYOUT, MANIFEST_NAME, MODEL_DIR, PARTIAL_SUFFIX, SPLITS, TABLES, Schedule, schedule_record
+from .plan import (
+    LAYOUT,
+    MANIFEST_NAME,
+    MODEL_DIR,
+    PARTIAL_SUFFIX,
+    SPLITS,
+    TABLES,
+    UNIT_DIR,
+    Schedule,
+    schedule_record,
+)
 
 
 def run_manifest(
@@ -108,5 +118,5 @@ def check_flights(dataset: str, data: dict[str, Path]) -> None:
 def remove_stale_temps(out: Path) -> list[str]:
     """Temporary files of dead writers (a killed run) in every directory reproduce writes."""
     dirs = [out, out / MODEL_DIR, *(out / MODEL_DIR).glob(f"*{PARTIAL_SUFFIX}")]
-    dirs += [d for split in SPLITS for d in (out / split, out / split / "figures")]
+    dirs += [d for split in SPLITS for d in (out / split, out / split / "figures", out / UNIT_DIR / split)]
     return [f"{d / name}" for d in dirs if d.is_dir() for name in remove_stale_temp_files(d)]

@@ -138,11 +138,15 @@ def sweep_row(num_bins: int) -> str:
 LOG_DIR = "logs"
 MODEL_DIR = "models"
 PARTIAL_SUFFIX = ".partial"
+UNIT_DIR = "units"
+"""One result file per evaluation unit, ``<out>/units/<split>/<unit>.npz`` (:mod:`.results`)."""
+JOB_DIR = "jobs"
+"""submitit's folder (pickled jobs, sbatch files, submitit's own logs; :mod:`.engine`)."""
 MANIFEST_NAME = "reproduce.json"
 """The plan of the reproduction in ``<out>`` (what a resumed run must match)."""
 SPLITS = ("val", "test")
 """Evaluation splits; each gets ``<out>/<split>/``."""
-LAYOUT = RunLayout("reproduce", (MANIFEST_NAME, MODEL_DIR, LOG_DIR, *SPLITS))
+LAYOUT = RunLayout("reproduce", (MANIFEST_NAME, MODEL_DIR, LOG_DIR, UNIT_DIR, JOB_DIR, *SPLITS))
 """Every entry ``velobins reproduce`` writes in ``<out>`` (what ``--overwrite`` removes)."""
 
 

@@ -17,9 +17,8 @@ from typing import Any
 import numpy as np
 
 from .. import metrics
-from ..evaluate import imu_only_flight
 from ..report import json_value, metrics_entry
-from ..scoring import KEYS, GroundTruth, aggregate, nanmean, score
+from ..scoring import KEYS, aggregate, nanmean
 from .errors import ReproduceError
 from .evaluation import UnitResult
 from .plan import HEADLINE, IMU_ONLY, REGRESSION
@@ -85,16 +84,14 @@ class SplitOutcome:
     seqs: list
 
 
-def score_split(name: str, results: list[UnitResult], seqs: list, ekf_config: Any = None) -> SplitOutcome:
-    """Rows of the unit results plus the IMU-only baseline (sampled at the headline model's update stamps)."""
+def score_split(name: str, results: list[UnitResult], seqs: list) -> SplitOutcome:
+    """Rows of the unit results (the IMU-only baseline among them: :func:`.evaluation.imu_only_unit`)."""
     rows = summarise(results)
-    nees = {r.unit.row: np.concatenate(list(r.nees.values())) for r in results if r.unit.seed == 0}
+    nees = {r.unit.row: np.concatenate(list(r.nees.values())) for r in results if r.unit.seed == 0 and r.nees}
     records: dict[str, dict[str, Any]] = {r.unit.row: r.records for r in results if r.records}
-    if HEADLINE not in records:
-        raise ReproduceError(f"split {name}: no seed-0 {HEADLINE} records (needed for the IMU-only stamps)")
-    imu = {s.name: imu_only_flight(s, records[HEADLINE][s.name].t, ekf_config) for s in seqs}
-    records[IMU_ONLY] = imu
-    rows[IMU_ONLY] = RowSummary({0: {s.name: score(imu[s.name], GroundTruth.of(s)) for s in seqs}})
+    for needed in (HEADLINE, IMU_ONLY):
+        if needed not in records:
+            raise ReproduceError(f"split {name}: no {needed} records (every report draws its trajectories)")
     return SplitOutcome(name, rows, nees, records, seqs)
 
 
