@@ -41,6 +41,7 @@ PYTHON_KEYS: dict[str, str | None] = {
     "onnx": None,
     "rotorpy": None,
     "submitit": None,
+    "cloudpickle": None,
     "tensorboard": None,
 }
 # pip distribution name -> import name, where they differ (docker/requirements.txt names distributions).

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -84,7 +85,7 @@ def _meta(path: Path) -> dict[str, Any] | None:
     try:
         with np.load(path, allow_pickle=False) as data:
             return json.loads(str(data["meta"]))
-    except (OSError, ValueError, KeyError):
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):  # a half-written or foreign file
         return None
 
 
