@@ -209,7 +209,11 @@ def report(out: Path, docs: Path) -> None:
 
 
 def _figure(out: Path, jobs: list[Job], path: Path) -> None:
-    """Validation network NLL and AVE against wall time: one column per (training set, budget)."""
+    """Validation network NLL and AVE against the CPU time each run got: one column per (training set, budget).
+
+    CPU time, not wall time: the budgets are wall-clock on a shared machine, and the two runs of a pair
+    got different shares of it; along the CPU axis they compare at equal work.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -222,13 +226,13 @@ def _figure(out: Path, jobs: list[Job], path: Path) -> None:
     for col, (data, budget) in enumerate(panels):
         for j in (j for j in jobs if (j.data, j.budget) == (data, budget)):
             hist = json.loads((out / j.name / "history.json").read_text())
-            t = [h["elapsed_s"] / 60.0 for h in hist]
+            t = [h["cpu_s"] / 60.0 for h in hist]
             fmt, label = ("C7-", "scratch") if j.init == "scratch" else ("C0-", f"from {j.init}")
             axes[0, col].plot(t, [h["val_nll"] for h in hist], fmt, marker=".", label=label)
             axes[1, col].plot(t, [h["val_ave"] for h in hist], fmt, marker=".", label=label)
         axes[0, col].set_title(f"{TRAIN_SETS[data].replace('`', '')}, {budget:g} min", fontsize=9)
         axes[0, col].set_ylim(top=2.0)
-        axes[1, col].set_xlabel("wall time [min]")
+        axes[1, col].set_xlabel("CPU time of the run [min]")
     axes[0, 0].set_ylabel("val network NLL [nats/axis]")
     axes[1, 0].set_ylabel("val network AVE [m/s]")
     axes[0, 0].legend(fontsize=8)

@@ -154,14 +154,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="continue the run in --out from its last.pt (or from CHECKPOINT)",
     )
     p.add_argument(
-        "--overwrite", action="store_true", help="replace the run already in --out (best.pt, last.pt, history.json)"
+        "--overwrite",
+        action="store_true",
+        help="replace the run already in --out (best.pt, last.pt, history.json, tensorboard/)",
     )
     add_allow_option(p, "train on flights that fail this plausibility check; recorded in the checkpoint")
     p.add_argument("--no-progress", action="store_true", help="no progress bar or per-epoch lines")
     p.add_argument(
         "--cache-dir", type=Path, help="keep parsed flights here (npz) and reuse them while the files are unchanged"
     )
-    p.add_argument("--out", required=True, type=Path, help="output directory (best.pt, last.pt, history.json)")
+    p.add_argument(
+        "--out", required=True, type=Path, help="output directory (best.pt, last.pt, history.json, tensorboard/)"
+    )
     return p
 
 
