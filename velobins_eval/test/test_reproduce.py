@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from velobins_eval.metrics import FlightMetrics
 from velobins_eval.cli.reproduce import parse_options
+from velobins_eval.metrics import FlightMetrics
 from velobins_eval.reproduce.commands import reproduce
 from velobins_eval.reproduce.manifest import check_manifest
 from velobins_eval.reproduce.paper import direction_sentence

@@ -16,8 +16,8 @@ from types import SimpleNamespace
 import cloudpickle
 import pytest
 
-from velobins_eval.reproduce import engine as engine_module
 from velobins_eval.cli.reproduce import parse_options
+from velobins_eval.reproduce import engine as engine_module
 from velobins_eval.reproduce.commands import reproduce
 from velobins_eval.reproduce.engine import Engine, SlurmConfig, make_executor
 from velobins_eval.reproduce.errors import ReproduceError

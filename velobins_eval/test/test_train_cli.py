@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from velobins_eval.cli import main
-from velobins_eval.train_cli import TRAIN_LAYOUT, parse_train_args
+from velobins_eval.cli.train import TRAIN_LAYOUT, parse_train_args
 from velobins_net.checkpoint import read_checkpoint
 
 DEMO = Path(__file__).resolve().parents[1] / "velobins_eval" / "demo_data" / "nanobench"

@@ -8,6 +8,7 @@ import pytest
 import torch
 from synthetic import make_flight
 
+from velobins_common.constants import ROTOR_SPEED
 from velobins_net.bins import BinGrid
 from velobins_net.checkpoint import CheckpointError, read_checkpoint
 from velobins_net.config import RANGE_MARGIN, ModelConfig
@@ -34,7 +35,7 @@ def source(tmp_path_factory):
     return res.best_path
 
 
-def _target(num_rotors: int = 6, kind: str = "rpm", r: float = 7.0) -> ModelConfig:
+def _target(num_rotors: int = 6, kind: str = ROTOR_SPEED, r: float = 7.0) -> ModelConfig:
     cfg = _cfg(model=ModelConfig(num_bins=32, num_rotors=num_rotors, rotor_kind=kind))
     return resolve_model_config(cfg, parse_variant("G+H^B"), r)
 
@@ -63,12 +64,12 @@ def test_weights_carry_over_except_the_rotor_input_of_another_rotor_count(source
 def test_fine_tuned_run_refits_normalisation_and_range_and_keeps_a_frozen_encoder(source, tmp_path):
     src = read_checkpoint(source)["model_state"]
     seqs, val = (
-        [make_flight(5, duration=6.0, kind="rpm", rotors=6)],
-        [make_flight(6, duration=3.0, kind="rpm", rotors=6)],
+        [make_flight(5, duration=6.0, kind=ROTOR_SPEED, rotors=6)],
+        [make_flight(6, duration=3.0, kind=ROTOR_SPEED, rotors=6)],
     )
     for s in seqs + val:
         s.v *= 3.0  # a faster vehicle than the source's
-    six = ModelConfig(num_bins=32, num_rotors=6, rotor_kind="rpm")
+    six = ModelConfig(num_bins=32, num_rotors=6, rotor_kind=ROTOR_SPEED)
     res = train(_cfg(model=six, init_from=str(source), freeze=("encoder",)), seqs, val, tmp_path)
     ck = read_checkpoint(res.last_path)
     state = ck["model_state"]
@@ -80,11 +81,11 @@ def test_fine_tuned_run_refits_normalisation_and_range_and_keeps_a_frozen_encode
     fresh_model = build_model(_target())
     assert not torch.equal(state["encoder.rotor_conv.weight"], fresh_model.state_dict()["encoder.rotor_conv.weight"])
     assert not torch.equal(state["bins.theta.weight"], src["bins.theta.weight"])  # the head is trained
-    # Refitted on the new flights, as a fresh run: normalisation (6 rotors, squared rpm) and R.
+    # Refitted on the new flights, as a fresh run: normalisation (6 rotors, squared speeds) and R.
     body_v = np.concatenate([s.v for s in seqs])
     assert ck["bins"]["velocity_range"] == pytest.approx(RANGE_MARGIN * np.abs(body_v).max(), rel=1e-3)
     assert ck["bins"]["velocity_range"] > 2 * read_checkpoint(source)["bins"]["velocity_range"]
-    assert state["encoder.norm_mean"].shape == (12,) and ck["normalization"]["rotor_kind"] == "rpm"
+    assert state["encoder.norm_mean"].shape == (12,) and ck["normalization"]["rotor_kind"] == ROTOR_SPEED
     assert ck["model_config"]["num_rotors"] == 6 and ck["train_config"]["init_from"] == str(source)
 
 

@@ -270,8 +270,8 @@ def train(cfg: TrainConfig, train_seqs: Seq[Flight], val_seqs: Seq[Flight], out_
 
 def _train(
     cfg: TrainConfig,
-    train_seqs: Seq[SequenceLike],
-    val_seqs: Seq[SequenceLike],
+    train_seqs: Seq[Flight],
+    val_seqs: Seq[Flight],
     out_dir: Path,
     dd: DistInfo,
     device: torch.device,

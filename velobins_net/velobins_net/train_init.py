@@ -6,7 +6,7 @@ else) or a checkpoint path. What may differ between that model and the new run, 
 * **rotor count** — the rotor branch's input layer has one input channel per rotor; when the count
   differs its parameters keep the fresh initialisation (the rest of the encoder is per-modality and
   carries over), and they are trained even inside a frozen module;
-* **rotor kind** (``pwm`` ↔ ``rpm``) — every input channel is normalised by statistics fitted on the
+* **rotor kind** (``command`` ↔ ``speed``) — every input channel is normalised by statistics fitted on the
   training flights, so the rotor branch sees zero-mean, unit-variance inputs either way;
 * **normalisation statistics** — always refitted on the new training flights, as for a fresh run;
 * **velocity range R** — refitted on the new flights like a fresh run (or ``--velocity-range``): the

@@ -10,7 +10,7 @@ model options are generated from ``TrainConfig`` / ``ModelConfig``, their one so
 and help. Without ``--val``, the
 last flights of ``--data`` (``--val-fraction``) are held out for validation.
 
-Under ``torchrun --nproc_per_node N -m velobins_eval.train_cli ...`` the same command trains with
+Under ``torchrun --nproc_per_node N -m velobins_eval.cli.train ...`` the same command trains with
 DistributedDataParallel.
 
 Fine-tuning: ``--init-from crazyflie`` (a shipped model) or ``--init-from PATH`` starts from that

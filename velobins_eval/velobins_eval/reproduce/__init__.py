@@ -30,4 +30,3 @@ removes the earlier reproduction; every report, table and figure is written atom
 """
 
 from __future__ import annotations
-

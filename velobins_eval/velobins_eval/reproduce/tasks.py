@@ -139,6 +139,7 @@ class _UnitTask(submitit.helpers.Checkpointable):
         import torch
 
         from velobins_data.datasets import load_directory
+
         from ..evaluate import load_ekf_config
 
         torch.set_num_threads(self.threads)
