@@ -100,8 +100,27 @@ def test_large_heads_and_tracing_use_pytorch():
     assert "scaled_dot_product_attention" in str(traced.graph)  # exportable op, not the ctypes call
 
 
+@pytest.mark.parametrize(("value", "on"), [("0", False), ("off", False), ("No", False), ("1", True), ("", True)])
+def test_switch_reads_the_environment(monkeypatch, value, on):
+    monkeypatch.setenv(na.DISABLE_ENV, value)
+    assert na.switch_from_environment() is on
+    monkeypatch.delenv(na.DISABLE_ENV)
+    assert na.switch_from_environment()
+
+
+def test_set_enabled_turns_the_switch_and_returns_the_previous_state(monkeypatch):
+    monkeypatch.setattr(na, "_enabled", True)
+    assert na.set_enabled(False) is True
+    assert not na.kernels_enabled() and not na.native_applies(_packed(2, 20, 2, 6), 2)
+    assert na.kernel_status().startswith("disabled")
+    monkeypatch.setenv(na.DISABLE_ENV, "1")
+    assert na.set_enabled(None) is False  # back to what the environment says
+    assert na.kernels_enabled()
+
+
 def test_disabled_by_environment(fresh_state, monkeypatch):
     monkeypatch.setenv(na.DISABLE_ENV, "0")
+    monkeypatch.setattr(na, "_enabled", na.switch_from_environment())  # as a process started so reads it
     qkv = _packed(2, 20, 2, 6)
     assert not na.native_applies(qkv, 2)
     assert na.kernel_status().startswith("disabled")
@@ -172,8 +191,8 @@ def test_onednn_linear_falls_back():
     torch.testing.assert_close(out, big64 @ w.double().t())
 
 
-def test_onednn_linear_disabled_by_environment(monkeypatch):
-    monkeypatch.setenv(na.DISABLE_ENV, "0")
+def test_onednn_linear_disabled_by_the_switch(monkeypatch):
+    monkeypatch.setattr(na, "_enabled", False)
     assert not onednn_linear.onednn_applies(torch.randn(onednn_linear.MIN_ROWS, 4), torch.randn(8, 4))
 
 

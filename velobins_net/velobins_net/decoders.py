@@ -12,8 +12,9 @@ PE(b) uses the normalised coordinate u = b/R ∈ (−1, 1): channels c < C/2 are
 others cos(ω_c u), with ω_c = π·F^(c/(C/2−1)) geometrically spaced from π to F·π (F = 64), so
 the slowest channel is monotone over the range and the fastest resolves a few bins at N = 512.
 
-The bin encodings do not depend on the input, so gradient-free calls of the model reuse
-φ(enc(b)) until a parameter changes (:class:`velobins_net.accel.DerivedCache`).
+The bin encodings do not depend on the input, so gradient-free calls reuse φ(enc(b)) until a
+parameter changes (a commented fast path of :meth:`BinDecoder.forward`, cached by
+:class:`velobins_net.accel.DerivedCache`).
 
 Covariance decoders: the AI-IO regression baseline's log-σ head (:class:`CovarianceHead`,
 σ = exp(log σ), unbounded) and the M variants' σ head (:class:`RTMOSigmaHead`), RTMO's
@@ -21,20 +22,21 @@ Covariance decoders: the AI-IO regression baseline's log-σ head (:class:`Covari
 fraction of the bin span 2R, and its Laplace kernel of scale b = 2σ·2R (:func:`laplace_scale`)
 whose variance 2b² is the decoder's reported variance (docs/design.md, "M: RTMO's MLE loss").
 
-The modules here hold the decoders' parameters; :class:`velobins_net.model.VeloBinsNet` applies
-all of them to h as one affine map. The reported variance by uncertainty source (B, C, B+C) is
-:func:`reported_variance`.
+Each decoder is a module whose forward maps h to its outputs; :class:`velobins_net.model.VeloBinsNet`
+applies them. The reported variance by uncertainty source (B, C, B+C) is :func:`reported_variance`.
 """
 
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 from torch import nn
 
-from .bins import BinGrid
-from .config import ModelConfig
+from . import accel
+from .bins import BinGrid, decode, decode_queries
+from .config import AIIO_FILTER_MIN_LOG_STD, ModelConfig
 
 PE_MAX_FREQUENCY = 64.0
 """F: the fastest PE channel has angular frequency F·π in the normalised coordinate u = b/R."""
@@ -131,8 +133,30 @@ def reported_variance(source: str, bin_var: torch.Tensor | None, cov_var: torch.
     return cov_var if source == "C" else bin_var + cov_var
 
 
+class BinOutput(NamedTuple):
+    """The bin decoder's outputs for a batch: logits (B, 3, N), v̂ (B, 3) (eq:decode), σ̂² (B, 3) (eq:bin_variance)."""
+
+    logits: torch.Tensor
+    v: torch.Tensor
+    var: torch.Tensor
+
+
+class CovarianceOutput(NamedTuple):
+    """A covariance decoder's outputs for a batch, each (B, 3).
+
+    Attributes:
+        var: its variance (the reported variance of source C).
+        log_sigma: log of its standard deviation, ½ log ``var`` (for the M head: log √2·b).
+        rtmo_sigma: RTMO's bounded σ (the M head's loss input), or None for the AI-IO head.
+    """
+
+    var: torch.Tensor
+    log_sigma: torch.Tensor
+    rtmo_sigma: torch.Tensor | None
+
+
 class BinDecoder(nn.Module):
-    """Parameters of the bin decoder: per-axis queries θ_i(h) and bin features φ(enc(b)) (eq:softmax)."""
+    """Bin decoder (eq:softmax): logits θ_i(h)·φ(enc(b_n)) per axis i and bin n, decoded to v̂ and σ̂²."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -148,6 +172,19 @@ class BinDecoder(nn.Module):
             self.gamma = nn.Parameter(torch.ones(cfg.enc_channels)) if self.encoding == "spe" else None
             self.phi = nn.Linear(cfg.enc_channels, cfg.enc_dim)
             self.theta = nn.Linear(cfg.d_model, 3 * cfg.enc_dim)
+        self._cache: accel.DerivedCache[torch.Tensor] = accel.DerivedCache()
+
+    def forward(self, h: torch.Tensor) -> BinOutput:
+        """h (B, D_h) → :class:`BinOutput`: π = softmax(logits) per axis, decoded (eq:decode, eq:bin_variance)."""
+        if self.encoding == "direct":  # one linear layer gives the 3N logits
+            logits = self.theta(h).view(-1, 3, self.num_bins)
+            return BinOutput(logits, *decode(logits, self.centres))
+        queries = self.theta(h).view(-1, 3, self.enc_dim)  # θ_i(h): one query per axis
+        if accel.enabled():  # fast path: the bin features do not depend on the input; cached without gradients
+            features_t = self._cache.derive((self,), "features", lambda: self.bin_features().t())
+        else:
+            features_t = self.bin_features().t()
+        return BinOutput(*decode_queries(queries, features_t, self.centres))
 
     def bin_features(self) -> torch.Tensor:
         """(N, D) φ(enc(b)) from the current parameters: enc = PE (``pe``) or SPE (``spe``)."""
@@ -156,11 +193,16 @@ class BinDecoder(nn.Module):
 
 
 class CovarianceHead(nn.Module):
-    """Parameters of the AI-IO covariance decoder: h → log σ per axis (B, 3); see :func:`covariance_variance`."""
+    """The AI-IO covariance decoder: h → log σ per axis (B, 3); variance exp(2 max(log σ, −4)), AI-IO's floor."""
 
     def __init__(self, d_model: int):
         super().__init__()
         self.linear = nn.Linear(d_model, 3)
+
+    def forward(self, h: torch.Tensor) -> CovarianceOutput:
+        """h (B, D_h) → :class:`CovarianceOutput` (no RTMO σ)."""
+        log_sigma = self.linear(h)
+        return CovarianceOutput(covariance_variance(log_sigma, AIIO_FILTER_MIN_LOG_STD), log_sigma, None)
 
 
 LEGACY_M_CHECKPOINT = (
@@ -176,7 +218,7 @@ class LegacyMCheckpointError(RuntimeError, ValueError):
 
 
 class RTMOSigmaHead(nn.Module):
-    """Parameters of the M variants' σ head: h → z (B, 3), σ = :func:`rtmo_sigma` (z) per axis.
+    """The M variants' σ head: h → z (B, 3), σ = :func:`rtmo_sigma` (z), Laplace scale b = 2σ·2R, variance 2b².
 
     ``span`` (2R, the bin span) is a buffer so the checkpoint carries it: its absence marks a
     checkpoint of the superseded log-σ M head, which is refused with one line
@@ -188,6 +230,12 @@ class RTMOSigmaHead(nn.Module):
         self.linear = nn.Linear(d_model, 3)
         self.register_buffer("span", torch.tensor(2.0 * velocity_range))
 
+    def forward(self, h: torch.Tensor) -> CovarianceOutput:
+        """h (B, D_h) → :class:`CovarianceOutput`: variance 2b², log σ = ½ log 2b², RTMO's σ (docs/design.md)."""
+        sigma = rtmo_sigma(self.linear(h))
+        var = laplace_variance(laplace_scale(sigma, self.span))
+        return CovarianceOutput(var, 0.5 * torch.log(var), sigma)
+
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing, unexpected, errors):  # type: ignore[no-untyped-def]
         """Refuse, in one line, a state dict of the superseded M head (no ``span``)."""
         if prefix + "linear.weight" in state_dict and prefix + "span" not in state_dict:
@@ -196,8 +244,12 @@ class RTMOSigmaHead(nn.Module):
 
 
 class RegressionHead(nn.Module):
-    """Parameters of the AI-IO regression baseline's velocity head: h → v̂ (B, 3)."""
+    """The AI-IO regression baseline's velocity head: h → v̂ (B, 3)."""
 
     def __init__(self, d_model: int):
         super().__init__()
         self.linear = nn.Linear(d_model, 3)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        """h (B, D_h) → v̂ (B, 3)."""
+        return self.linear(h)

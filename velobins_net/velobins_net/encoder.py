@@ -1,12 +1,11 @@
-"""AI-IO style encoder (§III-B): per-modality 1-D convolutions, a transformer, last-step feature h.
+"""AI-IO style encoder (§III-B, Fig. 2): per-modality 1-D convolutions, a transformer, last-step feature h.
 
-Input: a window (B, T, 6 + K) of raw [acc (3), gyro (3), rotor (K)] samples at the network rate.
+Input: a window (B, T, 6+K) of raw [acc (3), gyro (3), rotor (K)] samples at the network rate.
 Rotor preprocessing follows the actuation physics: thrust ∝ ω², so measured speeds (``rpm``,
 rad/s) are fed squared, commanded ``pwm`` values raw. Every channel is then standardised with
 statistics fitted once on the training set and stored as buffers (never updated at inference).
-
-Architecture and parameter arithmetic for the defaults (D_h = 48, K = 4, branch width 16,
-kernel 5, 4 heads, FFN 224):
+:meth:`Encoder.forward` reads top to bottom as the architecture; for the defaults (D_h = 48,
+K = 4, branch width 16, kernel 5, 4 heads, FFN 224):
 
 ====================================  ===================================  ========
 layer                                 arithmetic                           params
@@ -23,30 +22,20 @@ total                                                                      69 93
 ====================================  ===================================  ========
 
 69 936 is within 0.2 % of the paper's 69.8 k. Time positions use a fixed sinusoidal encoding
-(no parameters, any window length).
+(no parameters, any window length). Only h, the last token of the last layer, is used, so that
+layer computes the last token only (:class:`velobins_net.transformer.TransformerLayer`).
 
-One forward, for training and inference: :meth:`Encoder.forward` runs :func:`encode` on weights
-derived from the parameters (:meth:`Encoder.weights`), which computes the same function as the
-layer-by-layer description above with fewer and cheaper ops:
-
-* standardisation as one ``addcmul`` (x·(1/std) − mean/std), the ω² rotor feature as one ``where``;
-* the three per-modality branch convolutions as ONE convolution with a block-diagonal weight
-  (zero blocks contribute exact zeros), so no slicing of the input and no ``cat``;
-* the grouped mixing convolution kept grouped (large batches: fewest FLOPs) or as an equivalent
-  dense block-diagonal convolution (small batches: the grouped kernel has a large fixed cost);
-* projection and time encoding in one ``baddbmm`` with the precomputed (time PE + bias);
-* every layer but the last on every token, the last layer for the last token only, since only
-  h = the last token of the last layer is used (:mod:`velobins_net.transformer`).
-
-With gradients the weights are rebuilt from the parameters on every call (training
-back-propagates through them); without, they are cached until a parameter changes
-(:class:`velobins_net.accel.DerivedCache`).
+Fast paths, each a commented branch beside the plain computation (on with the accelerator switch
+:func:`velobins_net.accel.enabled`, held to the plain branch by the tests): the three branch
+convolutions as one convolution with a block-diagonal weight (one kernel call instead of three, no
+slicing, no concatenation), and for small gradient-free batches the grouped mixing convolution as
+the equivalent dense block-diagonal one (the grouped kernel has a large fixed cost there). Without
+gradients their weights are cached until a parameter changes (:class:`velobins_net.accel.DerivedCache`).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -56,7 +45,7 @@ from velobins_common.constants import ROTOR_SPEED
 
 from . import accel
 from .config import ModelConfig
-from .transformer import LastTokenWeights, LayerWeights, TransformerLayer, all_tokens, last_token
+from .transformer import TransformerLayer
 
 DENSE_MIX_MAX_BATCH = 16
 """Gradient-free batches up to this size use the dense block-diagonal mixing convolution (fixed cost
@@ -73,72 +62,18 @@ def sinusoidal_table(length: int, dim: int, base: float = 10000.0) -> torch.Tens
     return table.float()
 
 
-@dataclass(frozen=True)
-class EncoderWeights:
-    """Everything :func:`encode` needs, derived from an :class:`Encoder` (:meth:`Encoder.weights`).
-
-    Attributes:
-        in_scale: (C,) 1/std of the input channels.
-        in_shift: (C,) −mean/std.
-        square_mask: (C,) bool, True on rotor channels fed as ω² (rpm), or None (pwm).
-        conv_w: (3c, C, k) block-diagonal fusion of the acc / gyro / rotor branch convolutions.
-        conv_b: (3c,) their biases.
-        mix_w: mixing convolution weight, grouped (3c, c, k) or dense block-diagonal (3c, 3c, k).
-        mix_b: (3c,) its bias.
-        mix_groups: 3 for the grouped weight, 1 for the dense one.
-        padding: 'same' padding of the convolutions.
-        proj_wt: (3c, d) transposed projection weight.
-        pe_bias: (T, d) time encoding plus projection bias.
-        layers: every layer but the last (all tokens).
-        last: the last layer (last token only), or None without transformer layers.
-        norm_w: (d,) final LayerNorm weight.
-        norm_b: (d,) final LayerNorm bias.
-        num_heads: attention heads.
-        d_model: transformer width d (a plain int, so exporters see a static LayerNorm shape).
-    """
-
-    in_scale: torch.Tensor
-    in_shift: torch.Tensor
-    square_mask: torch.Tensor | None
-    conv_w: torch.Tensor
-    conv_b: torch.Tensor
-    mix_w: torch.Tensor
-    mix_b: torch.Tensor
-    mix_groups: int
-    padding: int
-    proj_wt: torch.Tensor
-    pe_bias: torch.Tensor
-    layers: tuple[LayerWeights, ...]
-    last: LastTokenWeights | None
-    norm_w: torch.Tensor
-    norm_b: torch.Tensor
-    num_heads: int
-    d_model: int
-
-
 def block_diagonal(blocks: list[torch.Tensor]) -> torch.Tensor:
-    """Conv weights (out_i, in_i, k) → (Σ out_i, Σ in_i, k) with zeros off the diagonal blocks (differentiable)."""
+    """Conv weights (out_i, in_i, k) → (Σ out_i, Σ in_i, k) with zeros off the diagonal blocks (differentiable).
+
+    A convolution with this weight computes every block's convolution on its own input channels,
+    stacked: the zero blocks contribute exact zeros.
+    """
     total_in = sum(b.shape[1] for b in blocks)
     rows, start = [], 0
     for b in blocks:
         rows.append(F.pad(b, (0, 0, start, total_in - start - b.shape[1])))
         start += b.shape[1]
     return torch.cat(rows, dim=0)
-
-
-def encode(x: torch.Tensor, w: EncoderWeights) -> torch.Tensor:
-    """Raw window x (B, T, 6+K) → last-step feature h (B, d) (§III-B, see the module doc)."""
-    if w.square_mask is not None:
-        x = torch.where(w.square_mask, x * x, x)  # thrust ∝ ω²
-    z = torch.addcmul(w.in_shift, x, w.in_scale).transpose(1, 2)  # (B, C, T), standardised
-    z = accel.gelu(F.conv1d(z, w.conv_w, w.conv_b, padding=w.padding))  # the three branches
-    z = accel.gelu(F.conv1d(z, w.mix_w, w.mix_b, padding=w.padding, groups=w.mix_groups))
-    z = torch.baddbmm(w.pe_bias, z.transpose(1, 2), w.proj_wt.expand(z.shape[0], -1, -1))  # proj + time PE
-    for lw in w.layers:
-        z = all_tokens(z, lw, w.num_heads, w.d_model)
-    # only h = the last token of the last layer is used: run that layer for the last token only
-    h = z[:, -1] if w.last is None else last_token(z, w.last, w.num_heads, w.d_model)
-    return F.layer_norm(h, (w.d_model,), w.norm_w, w.norm_b)
 
 
 class Encoder(nn.Module):
@@ -161,53 +96,57 @@ class Encoder(nn.Module):
         self.register_buffer("time_pe", sinusoidal_table(cfg.window_len, d), persistent=False)
         self.layers = nn.ModuleList(TransformerLayer(d, cfg.num_heads, cfg.ffn_dim) for _ in range(cfg.num_layers))
         self.norm = nn.LayerNorm(d)
-        self._cache: accel.DerivedCache[EncoderWeights] = accel.DerivedCache()
+        self._cache: accel.DerivedCache[tuple[torch.Tensor, ...]] = accel.DerivedCache()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """x (B, T, 6+K) raw window → h (B, D_h): :func:`encode` on this encoder's weights."""
+        """x (B, T, 6+K) raw window → h (B, D_h)."""
         if x.shape[1] != self.window_len:
             raise ValueError(f"encoder input: expected {self.window_len} time steps, got {x.shape[1]}")
-        if torch.is_grad_enabled():
-            return encode(x, self.weights(dense_mix=False))
-        dense = x.shape[0] <= DENSE_MIX_MAX_BATCH
-        return encode(x, self._cache.get((self,), dense, lambda: self.weights(dense)))
+        z = self.standardise(x).transpose(1, 2)  # (B, C, T)
+        z = accel.gelu(self.branch_convs(z))  # acc, gyro, rotor: each through its own convolution
+        z = accel.gelu(self.mixing_conv(z))  # a second convolution, still per modality
+        z = self.proj(z.transpose(1, 2)) + self.time_pe  # one token per time step, with its time position
+        for layer in self.layers[:-1]:
+            z = layer(z)
+        if self.layers:  # h is the last token of the last layer: that layer computes only it
+            z = self.layers[-1](z, last_only=True)
+        return self.norm(z[:, -1])
 
-    def inference_weights(self, batch: int = 1) -> EncoderWeights:
-        """Detached weights for a gradient-free forward of ``batch`` windows (cached; used by the exporter)."""
-        dense = batch <= DENSE_MIX_MAX_BATCH
-        return self._cache.get((self,), dense, lambda: self.weights(dense))
-
-    def weights(self, dense_mix: bool) -> EncoderWeights:
-        """Weights of :func:`encode` derived from the parameters (differentiable in them).
-
-        ``dense_mix``: express the grouped mixing convolution as a dense block-diagonal one.
-        """
-        square_mask = None
+    def standardise(self, x: torch.Tensor) -> torch.Tensor:
+        """Raw (B, T, 6+K) → the standardised network input: rotor speeds as ω² (thrust ∝ ω²), then (x − μ)/σ."""
         if self.square_rotor:
-            square_mask = torch.arange(self.norm_mean.shape[0], device=self.norm_mean.device) >= 6
-        mix_w, groups = self.mix_conv.weight, self.mix_conv.groups
-        if dense_mix and groups > 1:
-            mix_w, groups = block_diagonal(list(mix_w.chunk(groups, dim=0))), 1
-        layers = list(self.layers)
-        return EncoderWeights(
-            in_scale=1.0 / self.norm_std,
-            in_shift=-self.norm_mean / self.norm_std,
-            square_mask=square_mask,
-            conv_w=block_diagonal([self.acc_conv.weight, self.gyro_conv.weight, self.rotor_conv.weight]),
-            conv_b=torch.cat([self.acc_conv.bias, self.gyro_conv.bias, self.rotor_conv.bias]),
-            mix_w=mix_w,
-            mix_b=self.mix_conv.bias,
-            mix_groups=groups,
-            padding=self.acc_conv.padding[0],
-            proj_wt=self.proj.weight.t(),
-            pe_bias=self.time_pe + self.proj.bias,
-            layers=tuple(layer.weights() for layer in layers[:-1]),
-            last=layers[-1].last_token_weights() if layers else None,
-            norm_w=self.norm.weight,
-            norm_b=self.norm.bias,
-            num_heads=layers[0].num_heads if layers else 1,
-            d_model=self.proj.out_features,
-        )
+            x = torch.cat([x[..., :6], x[..., 6:].square()], dim=-1)
+        return (x - self.norm_mean) / self.norm_std
+
+    def branch_convs(self, z: torch.Tensor) -> torch.Tensor:
+        """The acc, gyro and rotor channels of z (B, 6+K, T), each through its own convolution, stacked: (B, 3c, T)."""
+        if accel.enabled():  # fast path: ONE convolution whose weight holds the three on its block diagonal
+            weight, bias = self._cache.derive(self._conv_modules(), "branches", self._branch_weights)
+            return F.conv1d(z, weight, bias, padding=self.acc_conv.padding)
+        acc, gyro, rotor = z.split([3, 3, z.shape[1] - 6], dim=1)
+        return torch.cat([self.acc_conv(acc), self.gyro_conv(gyro), self.rotor_conv(rotor)], dim=1)
+
+    def mixing_conv(self, z: torch.Tensor) -> torch.Tensor:
+        """The second, grouped convolution (one group per modality): (B, 3c, T) → (B, 3c, T)."""
+        if accel.enabled() and not torch.is_grad_enabled() and z.shape[0] <= DENSE_MIX_MAX_BATCH:
+            # fast path: a small batch pays the grouped kernel's large fixed cost; the dense convolution
+            # with the groups on a block-diagonal weight computes the same sums without it
+            (weight,) = self._cache.get(self._conv_modules(), "dense mix", self._dense_mix_weight)
+            return F.conv1d(z, weight, self.mix_conv.bias, padding=self.mix_conv.padding)
+        return self.mix_conv(z)
+
+    def _conv_modules(self) -> tuple[nn.Module, ...]:
+        """The modules whose parameters the cached convolution weights derive from."""
+        return self.acc_conv, self.gyro_conv, self.rotor_conv, self.mix_conv
+
+    def _branch_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The branch convolutions' weights on a block diagonal, and their biases (differentiable)."""
+        convs = (self.acc_conv, self.gyro_conv, self.rotor_conv)
+        return block_diagonal([c.weight for c in convs]), torch.cat([c.bias for c in convs])
+
+    def _dense_mix_weight(self) -> tuple[torch.Tensor]:
+        """The grouped mixing weight (3c, c, k) as a dense block-diagonal one (3c, 3c, k)."""
+        return (block_diagonal(list(self.mix_conv.weight.chunk(self.mix_conv.groups, dim=0))),)
 
     def set_normalization(self, mean: torch.Tensor, std: torch.Tensor) -> None:
         """Install training-set statistics of the (rotor-transformed) input channels."""

@@ -1,8 +1,8 @@
 """Export to TorchScript and ONNX for deployment without the Python package.
 
-Both exports wrap the model in :class:`ExportWrapper`, which runs the model's own forward
-functions (:func:`velobins_net.encoder.encode`, :func:`velobins_net.model.heads`) on its derived
-weights (precomputed bin encodings baked in as constants) and returns plain tensors:
+Both exports trace the model's own forward inside :class:`ExportWrapper` (gradient-free, so the
+derived weights of its fast paths, the precomputed bin encodings among them, are baked in as
+constants; the native kernels step aside under tracing) and return plain tensors:
 ``velocity (B, 3)``, ``variance (B, 3)`` and, for bin models, ``probs (B, 3, N)``.
 Input: ``window (B, T, 6+K)`` raw [acc, gyro, rotor] at the model rate (normalisation inside).
 The Table I baselines (:mod:`velobins_net.baselines`) export through :class:`BaselineExportWrapper`:
@@ -24,17 +24,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from .accel import map_tensors, tensor_items
-from .encoder import EncoderWeights, encode
-from .model import HeadWeights, VeloBinsNet, heads
+from .model import VeloBinsNet
 
 
 class ExportWrapper(nn.Module):
     """Tensor-only interface of a :class:`VeloBinsNet` in eval mode.
 
-    The model's derived weights are registered here as buffers, so tracers and the ONNX exporter
-    see them as module state of known shape. ``uncertainty``: the reported variance source baked
-    into the export (None: the model config's).
+    ``uncertainty``: the reported variance source baked into the export (None: the model config's).
     """
 
     def __init__(self, model: VeloBinsNet, uncertainty: str | None = None):
@@ -42,28 +38,10 @@ class ExportWrapper(nn.Module):
         self.model = model.eval()
         self.has_bins = model.bins is not None
         self.uncertainty = uncertainty or model.cfg.uncertainty
-        with torch.no_grad():
-            enc = model.encoder.inference_weights(1)
-            self._heads = model.inference_head_weights()
-        self._enc = enc
-        self._buffer_names: dict[str, str] = {}
-        for path, value in [*tensor_items(enc, "enc"), *tensor_items(self._heads, "head")]:
-            name = "fused_" + path.replace(".", "_")
-            self.register_buffer(name, value.clone(), persistent=False)
-            self._buffer_names[path] = name
-
-    def _weights(self) -> tuple[EncoderWeights, HeadWeights]:
-        """The fused weights rebuilt from this module's buffers (so tracers record them as module state)."""
-
-        def buffer(path: str, _: torch.Tensor) -> torch.Tensor:
-            return getattr(self, self._buffer_names[path])
-
-        return map_tensors(self._enc, buffer, "enc"), map_tensors(self._heads, buffer, "head")
 
     def forward(self, window: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """window (B, T, 6+K) → (velocity, variance[, probs])."""
-        enc, head_weights = self._weights()
-        out = heads(encode(window, enc), head_weights, self.uncertainty)
+        out = self.model(window, self.uncertainty)
         if out.logits is None:
             return out.v, out.var
         return out.v, out.var, torch.softmax(out.logits, dim=-1)

@@ -1,25 +1,30 @@
-"""The accelerator layer: how the network's forward and training step are made fast, behind one switch.
+"""The accelerator layer: what makes the network's forward and training step fast, behind one switch.
 
-The model (:mod:`velobins_net.encoder`, :mod:`velobins_net.transformer`,
-:mod:`velobins_net.model`, :mod:`velobins_net.bins`) is written once, in PyTorch; where an
-operation has a faster implementation it calls the function of this package instead of the
-PyTorch op, and each function here falls back to that PyTorch op whenever its fast path does not
-apply. Nothing outside this package knows how the speed is obtained:
+The model (:mod:`velobins_net.encoder`, :mod:`velobins_net.transformer`, :mod:`velobins_net.decoders`,
+:mod:`velobins_net.bins`) is written once, in PyTorch, as modules whose forward reads as the
+architecture. Where a step has a faster implementation, the forward carries it as a commented
+branch beside the plain computation (as nanoGPT keeps its flash attention), calling into this
+package; each function here declines, and the plain computation runs, whenever its fast path
+does not apply:
 
-* :func:`attention`: the all-token self-attention on the packed projection, a native C++ kernel
-  for small heads on the CPU (:mod:`.native`);
-* :func:`linear`: ``F.linear`` on oneDNN's matmul for training-size inputs (:mod:`.onednn_linear`);
+* :func:`native_attention`: the all-token self-attention for small heads on the CPU, a native C++
+  kernel (:mod:`.native`; :func:`native_applies` says when);
+* :class:`Linear`: ``nn.Linear`` on oneDNN's matmul for training-size inputs (:mod:`.onednn_linear`);
 * :func:`gelu`: the exact GELU, a native kernel for the small activations of one window
   (oneDNN's eltwise primitive, PyTorch's choice, has a large fixed cost there);
 * :func:`bin_decode`: the bin decoder of a few windows in one native call, the backend of
   :func:`velobins_net.bins.decode_queries`;
-* :class:`DerivedCache`: weights derived from parameters (fused, folded), cached for
-  gradient-free calls and rebuilt when a parameter changes (:mod:`.cache`);
+* :class:`DerivedCache`: weights derived from parameters (block-diagonal convolutions, the folded
+  last-layer attention, bin features), cached for gradient-free calls and rebuilt when a parameter
+  changes (:mod:`.cache`);
+* :class:`FrozenForward`: a gradient-free call of a few windows through the model's own forward,
+  traced and frozen (TorchScript), so no Python runs per layer (:mod:`.frozen`);
 * :func:`reuse_freed_memory`: allocator tuning for a training process (:mod:`.cpu_memory`).
 
-The one switch: ``VELOBINS_NATIVE_KERNELS=0`` in the environment (read by :func:`enabled`) turns
-the native kernels and the oneDNN linears off; the model then runs PyTorch's ops only, with the
-same results to float rounding. ``python -m velobins_net.accel.native`` builds the kernels ahead.
+The one switch, :func:`enabled`: ``VELOBINS_NATIVE_KERNELS=0`` in the environment (or
+:func:`set_enabled` in the process) turns off the native kernels, the oneDNN linears and the
+model's fast paths; the model then runs its plain layer-by-layer forward, with the same results
+to float rounding. ``python -m velobins_net.accel.native`` builds the kernels ahead.
 """
 
 from __future__ import annotations
@@ -28,23 +33,27 @@ import torch
 import torch.nn.functional as F
 
 from . import native
-from .cache import DerivedCache, map_tensors, tensor_items
+from .cache import DerivedCache
 from .cpu_memory import reuse_freed_memory
-from .native import attention, bin_decode, kernel_status
+from .frozen import FrozenForward, eager
+from .native import bin_decode, kernel_status, native_applies, native_attention, set_enabled
 from .native import kernels_enabled as enabled
-from .onednn_linear import linear
+from .onednn_linear import Linear, linear
 
 __all__ = [
     "DerivedCache",
-    "attention",
+    "FrozenForward",
+    "Linear",
     "bin_decode",
+    "eager",
     "enabled",
     "gelu",
     "kernel_status",
     "linear",
-    "map_tensors",
+    "native_applies",
+    "native_attention",
     "reuse_freed_memory",
-    "tensor_items",
+    "set_enabled",
 ]
 
 NATIVE_GELU_MAX_NUMEL = 65536

@@ -1,26 +1,26 @@
 """Weights derived from a module's parameters, cached for gradient-free calls.
 
-The network's forward runs on weights derived from its parameters (a block-diagonal fusion of the
-branch convolutions, the folded last-layer attention, all heads as one affine map, the bin
-features φ(enc(b))). With gradients they are rebuilt on every call, so training back-propagates
-into the parameters; without gradients (inference, evaluation) they are a pure function of the
-parameters and :class:`DerivedCache` keeps them. Its stamp is every source tensor's in-place
-version counter, the storage of the module (a device or dtype move replaces it), the number of
-optimiser steps taken in the process (fused optimisers such as ``Adam(fused=True)`` update
-parameters without bumping version counters) and of parameter registrations (a parameter
-replaced by another object). So an optimiser step, ``load_state_dict``, a move or an in-place
-edit makes the next call rebuild them, and no module has to override ``train``, ``_apply`` or
-``load_state_dict``. Parameters created under ``torch.inference_mode`` have no version counter.
-Edits through ``.data`` bypass the version counter: after those, call :meth:`DerivedCache.clear`
-(``VeloBinsNet.invalidate_cache``).
+A few of the model's fast paths run on weights derived from its parameters: the three branch
+convolutions as one block-diagonal weight, the grouped mixing convolution as a dense one, the
+last layer's attention folded for its one query, the bin features φ(enc(b)) (which do not depend
+on the input). With gradients they are rebuilt on every
+call, so training back-propagates into the parameters; without gradients (inference, evaluation)
+they are a pure function of the parameters and :meth:`DerivedCache.derive` keeps them. Its stamp
+is every source tensor's in-place version counter, the storage of the module (a device or dtype
+move replaces it), the number of optimiser steps taken in the process (fused optimisers such as
+``Adam(fused=True)`` update parameters without bumping version counters) and of parameter
+registrations (a parameter replaced by another object). So an optimiser step,
+``load_state_dict``, a move or an in-place edit makes the next call rebuild them, and no module
+has to override ``train``, ``_apply`` or ``load_state_dict``. Parameters created under
+``torch.inference_mode`` have no version counter. Edits through ``.data`` bypass the version
+counter: after those, call :meth:`DerivedCache.clear` (``VeloBinsNet.invalidate_cache``).
 """
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable
 from operator import attrgetter
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 import torch
 from torch import nn
@@ -51,13 +51,16 @@ register_module_buffer_registration_hook(_count_registration)
 
 
 class DerivedCache(Generic[_W]):
-    """One cached value per variant key, rebuilt when any parameter or buffer of the source modules changed."""
+    """One cached value per key (tensors, or anything built from the parameters), rebuilt when any parameter or
+    buffer of the source modules changed; the same source modules on every call of one cache, at most
+    ``max_values`` keys (the oldest dropped) when given."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_values: int | None = None) -> None:
         self._sources: list[torch.Tensor] = []
         self._registrations = -1
         self._stamp: tuple[int, ...] = ()
         self._values: dict[Hashable, _W] = {}
+        self._max_values = max_values
 
     def _current_stamp(self, modules: tuple[nn.Module | None, ...]) -> tuple[int, ...]:
         """Optimiser steps, every source's version counter, and the storage of the first and last source.
@@ -86,9 +89,17 @@ class DerivedCache(Generic[_W]):
         value = self._values.get(key)
         if value is None:
             with torch.inference_mode(False), torch.no_grad():
-                value = map_tensors(build(), lambda _, t: t.detach().contiguous())
+                value = _detached(build())
+            if self._max_values is not None and len(self._values) >= self._max_values:
+                del self._values[next(iter(self._values))]  # the oldest
             self._values[key] = value
         return value
+
+    def derive(self, modules: tuple[nn.Module | None, ...], key: Hashable, build: Callable[[], _W]) -> _W:
+        """``build()``: computed afresh when autograd records it (training), else from the cache (:meth:`get`)."""
+        if torch.is_grad_enabled():
+            return build()
+        return self.get(modules, key, build)
 
     def clear(self) -> None:
         """Forget every cached value and the source list (after editing a parameter through ``.data``)."""
@@ -97,29 +108,11 @@ class DerivedCache(Generic[_W]):
         self._values.clear()
 
 
-def _child(path: str, name: str | int) -> str:
-    return f"{path}.{name}" if path else str(name)
-
-
-def tensor_items(w: Any, path: str = "") -> Iterator[tuple[str, torch.Tensor]]:
-    """(dotted path, tensor) of every tensor in nested weight records (for export buffers)."""
-    if isinstance(w, torch.Tensor):
-        yield path, w
-    elif isinstance(w, tuple):
-        for i, item in enumerate(w):
-            yield from tensor_items(item, _child(path, i))
-    elif dataclasses.is_dataclass(w):
-        for f in dataclasses.fields(w):
-            yield from tensor_items(getattr(w, f.name), _child(path, f.name))
-
-
-def map_tensors(w: _W, fn: Callable[[str, torch.Tensor], torch.Tensor], path: str = "") -> _W:
-    """Copy of nested weight records with every tensor t at path p replaced by fn(p, t)."""
-    if isinstance(w, torch.Tensor):
-        return fn(path, w)  # type: ignore[return-value]
-    if isinstance(w, tuple):
-        return tuple(map_tensors(item, fn, _child(path, i)) for i, item in enumerate(w))  # type: ignore[return-value]
-    if dataclasses.is_dataclass(w) and not isinstance(w, type):
-        values = {f.name: map_tensors(getattr(w, f.name), fn, _child(path, f.name)) for f in dataclasses.fields(w)}
-        return dataclasses.replace(w, **values)
-    return w
+def _detached(value: _W) -> _W:
+    """Tensors, also inside (named) tuples, detached and contiguous (what the cache keeps); other values as they are."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().contiguous()  # type: ignore[return-value]
+    if not isinstance(value, tuple):
+        return value
+    items = [_detached(v) for v in value]
+    return type(value)(*items) if hasattr(value, "_fields") else tuple(items)  # type: ignore[return-value]

@@ -18,6 +18,10 @@ default ``~/.cache/velobins``) and loaded with ctypes; ``scripts/bootstrap.sh`` 
 ``VELOBINS_NATIVE_KERNELS=0``, a GPU tensor, tracing for TorchScript/ONNX export, a gradient
 through the bin decoder) falls back to PyTorch with the same results to float rounding; the
 reason is logged once and :func:`kernel_status` reports it.
+
+The switch :func:`kernels_enabled` is the accelerator's one switch (``velobins_net.accel.enabled``):
+``VELOBINS_NATIVE_KERNELS=0`` in the environment of the process turns off the native kernels, the
+oneDNN linears and the model's local fast paths, so the model runs its plain layer-by-layer forward.
 """
 
 from __future__ import annotations
@@ -58,9 +62,30 @@ _lib: ctypes.CDLL | None = None
 _status: str | None = None  # None: not tried yet
 
 
-def kernels_enabled() -> bool:
-    """False when ``VELOBINS_NATIVE_KERNELS`` turns the native kernels (and oneDNN linears) off."""
+def switch_from_environment() -> bool:
+    """The switch as ``VELOBINS_NATIVE_KERNELS`` sets it: off for 0, false, no or off; on otherwise (and unset)."""
     return os.environ.get(DISABLE_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+_enabled = switch_from_environment()
+"""The switch, read once: the model asks it several times per forward, where an environment lookup costs
+as much as a small tensor op. :func:`set_enabled` changes it for the running process."""
+
+
+def kernels_enabled() -> bool:
+    """The accelerator switch: native kernels, oneDNN linears and the model's fast paths (off: PyTorch's plain ops)."""
+    return _enabled
+
+
+def set_enabled(on: bool | None) -> bool:
+    """Turn the accelerator on or off in this process (None: as the environment says); returns the previous state.
+
+    The model's outputs are the same either way to float rounding; tests use it to hold the fast
+    paths to the plain ones, and a user to rule the accelerator out when a result looks wrong.
+    """
+    global _enabled
+    previous, _enabled = _enabled, switch_from_environment() if on is None else bool(on)
+    return previous
 
 
 def cache_dir() -> Path:
@@ -123,14 +148,13 @@ def build() -> Path:
 def _load() -> ctypes.CDLL | None:
     """The kernel library, built on first use; None (reason logged once) when unavailable."""
     global _lib, _status
+    if not _enabled:
+        return None
     if _status is not None:
         return _lib
     with _lock:
         if _status is not None:
             return _lib
-        if not kernels_enabled():
-            _status = f"disabled ({DISABLE_ENV}=0): PyTorch kernels"
-            return None
         try:
             path = build()
             lib = ctypes.CDLL(str(path))
@@ -155,6 +179,8 @@ def _load() -> ctypes.CDLL | None:
 
 def kernel_status() -> str:
     """Whether the native kernels are in use, and why not (builds them if not tried yet)."""
+    if not _enabled:
+        return f"disabled ({DISABLE_ENV}=0 or accel.set_enabled(False)): PyTorch kernels"
     _load()
     assert _status is not None
     return _status
@@ -217,10 +243,20 @@ def native_applies(qkv: torch.Tensor, heads: int) -> bool:
     return _load() is not None
 
 
+def native_attention(qkv: torch.Tensor, heads: int) -> torch.Tensor:
+    """Self-attention of every token by the native kernel (where :func:`native_applies`): (B, T, 3HE) → (B, T, HE)."""
+    return _NativeAttention.apply(qkv.contiguous(), heads)
+
+
 def attention(qkv: torch.Tensor, heads: int) -> torch.Tensor:
-    """Self-attention of every token: packed qkv (B, T, 3·H·E) → (B, T, H·E), no mask, scale 1/√E."""
+    """Self-attention of every token: packed qkv (B, T, 3·H·E) → (B, T, H·E), no mask, scale 1/√E.
+
+    The native kernel where it applies, else :func:`reference_attention` (the kernel's tests and
+    ``benchmarks/bench_net_train.py`` compare the two; the model writes its own fallback beside
+    its call of :func:`native_attention`, :meth:`velobins_net.transformer.TransformerLayer.attention`).
+    """
     if native_applies(qkv, heads):
-        return _NativeAttention.apply(qkv.contiguous(), heads)
+        return native_attention(qkv, heads)
     return reference_attention(qkv, heads)
 
 

@@ -9,7 +9,9 @@ input gradient is another oneDNN matmul, the weight gradient (inner dimension = 
 is fast) stays ``torch.mm``.
 
 Used for float32 CPU tensors outside tracing (exports keep ``F.linear``), when this PyTorch build
-has the op; ``VELOBINS_NATIVE_KERNELS=0`` turns it off together with the native kernels.
+has the op; ``VELOBINS_NATIVE_KERNELS=0`` turns it off together with the native kernels. The model
+holds such layers as :class:`Linear`: an ``nn.Linear`` (same parameters and state-dict keys) whose
+forward is :func:`linear`.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from .native import kernels_enabled
 
@@ -77,3 +80,11 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     if onednn_applies(x, weight):
         return _OneDnnLinear.apply(x, weight, bias)
     return F.linear(x, weight, bias)
+
+
+class Linear(nn.Linear):
+    """``nn.Linear`` on oneDNN's matmul for training-size inputs (:func:`linear`); the same layer otherwise."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x (..., in) → (..., out): x Wᵀ + b."""
+        return linear(x, self.weight, self.bias)
