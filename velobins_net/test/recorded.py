@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from velobins_common.constants import ROTOR_SPEED
 from velobins_net.checkpoint import model_from_checkpoint, read_checkpoint
 from velobins_net.config import ModelConfig
 from velobins_net.model import NetOutput, VeloBinsNet
@@ -31,12 +32,12 @@ WINDOWS = 8
 
 FIXED_CONFIGS: dict[str, dict[str, Any]] = {
     "spe": {},
-    "spe-rpm": {"rotor_kind": "rpm"},
+    "spe-speed": {"rotor_kind": "speed"},
     "pe": {"bin_encoding": "pe"},
     "direct": {"bin_encoding": "direct"},
     "m-head": {"cov_head": True, "uncertainty": "B+C"},
     "reg": {"head": "reg", "uncertainty": "C"},
-    "one-layer": {"num_layers": 1, "rotor_kind": "rpm"},
+    "one-layer": {"num_layers": 1, "rotor_kind": "speed"},
 }
 """Small models (N = 16 bins) with weights drawn per parameter name: every head and encoder option.
 Normalised by statistics of other fixed windows, as training normalises by the training set's."""
@@ -67,7 +68,7 @@ def fixed_model(name: str) -> VeloBinsNet:
                 value = noise / p[0].numel() ** 0.5
             p.copy_(value.float())
         x = fixed_windows(model.cfg, 32, seed=1).flatten(0, 1)
-        if model.cfg.rotor_kind == "rpm":
+        if model.cfg.rotor_kind == ROTOR_SPEED:
             x[:, 6:] = x[:, 6:].square()  # the statistics are of ω², as data.fit_normalization fits them
         model.set_normalization(x.mean(0), x.std(0))
     return model.eval()
@@ -87,7 +88,7 @@ def fixed_windows(cfg: ModelConfig, batch: int = WINDOWS, seed: int = 0) -> torc
     gyro = 1.5 * torch.randn(batch, t, 3, generator=gen)
     base = 0.5 + 0.2 * torch.rand(batch, 1, k, generator=gen)
     rotor = base + 0.05 * torch.randn(batch, t, k, generator=gen)
-    if cfg.rotor_kind == "rpm":
+    if cfg.rotor_kind == ROTOR_SPEED:
         rotor = 2000.0 * rotor  # rad/s
     return torch.cat([acc, gyro, rotor], dim=-1)
 

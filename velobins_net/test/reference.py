@@ -5,13 +5,20 @@ These are second implementations on purpose: the tests hold the model's one defi
 ``benchmarks/bench_net_train.py`` / ``bench_net_latency.py`` time them as the "straightforward"
 baseline (the pre-optimisation implementation: every token through every layer, PyTorch's
 attention, bin features recomputed per call, every label row iterated until the last converges).
+Plain ``F.linear`` throughout, so the oracle and that baseline stay what they were.
+
+Also the helpers the model's tests share: the accelerator switch for a block, and output comparison.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import torch
 import torch.nn.functional as F
 
+from velobins_net import accel
 from velobins_net.bins import BinGrid
 from velobins_net.config import SIGMA_MIN_BIN_FRACTION
 from velobins_net.decoders import RTMOSigmaHead
@@ -21,6 +28,29 @@ from velobins_net.model import NetOutput, VeloBinsNet
 from velobins_net.transformer import TransformerLayer
 
 _SQRT_HALF = 0.5**0.5
+
+
+@contextmanager
+def accelerator(on: bool) -> Iterator[None]:
+    """The accelerator switch (:func:`velobins_net.accel.set_enabled`) set for a block, restored after it."""
+    previous = accel.set_enabled(on)
+    try:
+        yield
+    finally:
+        accel.set_enabled(previous)
+
+
+def assert_same_outputs(a: NetOutput, b: NetOutput, rtol: float = 1e-5, atol: float = 5e-6) -> None:
+    """Every field of two outputs present in both or in neither, and equal to float rounding.
+
+    atol: float32 rounding of differently ordered sums (the native attention kernel vs PyTorch's,
+    a fold vs the layer it replaces); either leaves up to ~1.5e-6 on v for these test models.
+    """
+    for name in NetOutput._fields:
+        x, y = getattr(a, name), getattr(b, name)
+        assert (x is None) == (y is None), name
+        if x is not None:
+            torch.testing.assert_close(x, y, rtol=rtol, atol=atol, msg=name)
 
 
 def reference_layer(layer: TransformerLayer, x: torch.Tensor) -> torch.Tensor:
@@ -36,8 +66,9 @@ def reference_layer(layer: TransformerLayer, x: torch.Tensor) -> torch.Tensor:
     q = F.linear(y, w[:d], bias[:d])
     k, v = F.linear(y, w[d:], bias[d:]).split(d, dim=-1)
     a = F.scaled_dot_product_attention(split(q), split(k), split(v)).transpose(1, 2).reshape(b, n, d)
-    x = x + layer.out(a)
-    return x + layer.ff2(F.gelu(layer.ff1(layer.norm2(x))))
+    x = x + F.linear(a, layer.out.weight, layer.out.bias)
+    y = F.gelu(F.linear(layer.norm2(x), layer.ff1.weight, layer.ff1.bias))
+    return x + F.linear(y, layer.ff2.weight, layer.ff2.bias)
 
 
 def reference_encoder(enc: Encoder, x: torch.Tensor) -> torch.Tensor:

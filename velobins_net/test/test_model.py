@@ -1,144 +1,211 @@
-"""Encoder/decoder structure, parameter counts, last-token exactness, bin-encoding cache, decoding."""
+"""The network (Fig. 2): recorded outputs, checkpoint compatibility, the module-by-module oracle, caches."""
 
 from __future__ import annotations
 
-import numpy as np
+import json
+
 import pytest
 import torch
-from reference import reference_encoder, reference_forward
+from recorded import RECORD, SHIPPED, fixed_model, fixed_windows, shipped_model
+from reference import accelerator, assert_same_outputs, reference_forward
 
-from velobins_net.bins import BinGrid, bin_variance, decode, expected_velocity, velocity_range_from
+from velobins_net.accel.frozen import MAX_BATCH
+from velobins_net.checkpoint import read_checkpoint
 from velobins_net.config import ModelConfig
-from velobins_net.model import VeloBinsNet, count_parameters
+from velobins_net.encoder import DENSE_MIX_MAX_BATCH
+from velobins_net.model import NetOutput, VeloBinsNet
+from velobins_net.pretrained import MODELS_DIR
 
 torch.set_num_threads(1)
 
+CONFIGS = [
+    {},
+    {"rotor_kind": "speed"},
+    {"bin_encoding": "pe"},
+    {"bin_encoding": "direct"},
+    {"cov_head": True, "uncertainty": "B+C"},
+    {"cov_head": True, "uncertainty": "C"},
+    {"head": "reg", "uncertainty": "C"},
+]
+BATCHES = [1, MAX_BATCH + 2, DENSE_MIX_MAX_BATCH + 3]
+"""Frozen; eager with the dense mixing convolution; eager with the grouped one."""
 
-def test_encoder_parameter_count_matches_paper():
-    model = VeloBinsNet(ModelConfig(num_rotors=4))
-    n = count_parameters(model.encoder)
-    assert n == 69_936
-    assert abs(n - 69_800) / 69_800 < 0.01
-
-
-@pytest.mark.parametrize("n_bins", [16, 64, 512, 2048])
-def test_spe_decoder_parameter_count_is_independent_of_bins(n_bins):
-    model = VeloBinsNet(ModelConfig(num_bins=n_bins, bin_encoding="spe"))
-    assert count_parameters(model.bins) == 64 + 32 * 65 + 3 * 32 * 49 == 6_848
-    pe = VeloBinsNet(ModelConfig(num_bins=n_bins, bin_encoding="pe"))
-    assert count_parameters(pe.bins) == 6_848 - 64  # no γ
-    direct = VeloBinsNet(ModelConfig(num_bins=n_bins, bin_encoding="direct"))
-    assert count_parameters(direct.bins) == 3 * n_bins * 49
+RECORDED = json.loads(RECORD.read_text())
 
 
-@pytest.mark.parametrize("head,kw", [("bins", {}), ("bins", {"bin_encoding": "direct"}), ("reg", {"uncertainty": "C"})])
-def test_last_token_only_equals_all_token_computation(head, kw):
+def _model(**kw) -> VeloBinsNet:
     torch.manual_seed(0)
-    model = VeloBinsNet(ModelConfig(head=head, **kw)).eval()
-    x = torch.randn(4, 100, 10)
-    with torch.no_grad():
-        fast = model(x)
-        slow = reference_forward(model, x)
-        h_fast = model.encoder(x)
-        h_slow = reference_encoder(model.encoder, x)
-    torch.testing.assert_close(h_fast, h_slow, rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(fast.v, slow.v, rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(fast.var, slow.var, rtol=1e-5, atol=1e-6)
+    model = VeloBinsNet(ModelConfig(num_bins=64, **kw))
+    n = model.cfg.input_channels
+    model.encoder.set_normalization(torch.linspace(-1.0, 1.0, n), torch.linspace(0.5, 2.0, n))
+    return model.eval()
 
 
-def test_bin_encodings_are_computed_once_without_gradients_and_follow_parameters(monkeypatch):
-    torch.manual_seed(0)
-    model = VeloBinsNet(ModelConfig(num_bins=32)).eval()
-    dec = model.bins
-    calls = []
-    real = dec.bin_features
-    monkeypatch.setattr(dec, "bin_features", lambda: calls.append(1) or real())
-    x = torch.randn(6, 100, 10)  # more windows than the frozen path takes: the eager forward
+def _assert_recorded(out: NetOutput, want: dict, rows: slice = slice(None), tiles: int = 1) -> None:
+    for name, value in want.items():
+        got = getattr(out, name)
+        assert (got is None) == (value is None), name
+        if value is not None:
+            expected = torch.tensor(value)[rows].repeat(tiles, *([1] * (got.dim() - 1)))
+            atol = 2e-5 if name == "logits" else 2e-6  # logits of magnitude ~10: a few float32 ulps
+            torch.testing.assert_close(got.detach(), expected, rtol=1e-5, atol=atol, msg=name)
+
+
+@pytest.mark.parametrize("key", list(RECORDED))
+def test_outputs_equal_those_recorded_from_the_fused_implementation(key):
+    """Same predictions as before the model became readable modules, on every path a call can take."""
+    kind, name = key.split("/")
+    model = fixed_model(name) if kind == "fixed" else shipped_model(name)
+    want = RECORDED[key]
+    x = fixed_windows(model.cfg)
     with torch.inference_mode():
-        a = model(x)
-        b = model(x)
-    assert len(calls) == 1  # computed once, reused
-    torch.testing.assert_close(b.logits, a.logits)
-    with torch.no_grad():
-        dec.gamma.mul_(2.0)  # a training step changes the encodings
-    with torch.no_grad():
-        c = model(x)
-    assert len(calls) == 2
-    torch.testing.assert_close(c.logits, reference_forward(model, x).logits, rtol=1e-5, atol=1e-5)
-    assert not torch.allclose(c.logits, a.logits)
-    # loading new weights must also be seen
-    other = VeloBinsNet(ModelConfig(num_bins=32)).eval()
-    with torch.no_grad():
+        _assert_recorded(model(x), want)  # eager, dense mixing convolution
+        _assert_recorded(model(x[:1]), want, slice(0, 1))  # frozen
+        _assert_recorded(model(x[:1]), want, slice(0, 1))  # frozen, from its cache
+        _assert_recorded(model(x.repeat(3, 1, 1)), want, tiles=3)  # grouped mixing convolution
+        with accelerator(False):
+            _assert_recorded(model(x), want)  # the plain layer-by-layer forward
+    _assert_recorded(model.train()(x), want)  # with gradients (training)
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_state_dict_keys_and_parameter_order_match_the_shipped_checkpoints(name):
+    """Checkpoints load as they are, and an optimiser state saved with them maps onto the same parameters."""
+    saved = read_checkpoint(MODELS_DIR / f"{name}.pt")["model_state"]
+    model = shipped_model(name)
+    assert list(model.state_dict()) == list(saved)
+    assert [n for n, _ in model.named_parameters()] == [k for k in saved if k in dict(model.named_parameters())]
+
+
+@pytest.mark.parametrize("kw", CONFIGS)
+@pytest.mark.parametrize("batch", BATCHES)
+def test_inference_equals_reference(kw, batch):
+    model = _model(**kw)
+    x = torch.randn(batch, 100, 10) * 3
+    with torch.inference_mode():
+        fast = model(x)
+        fast_again = model(x)  # from the caches
+        ref = reference_forward(model, x)
+        with accelerator(False):
+            plain = model(x)
+    assert_same_outputs(fast, ref)
+    assert_same_outputs(plain, ref)
+    assert_same_outputs(fast_again, fast, rtol=0, atol=0)  # a window's estimate does not depend on earlier calls
+
+
+@pytest.mark.parametrize("kw", [{}, {"rotor_kind": "speed", "cov_head": True, "uncertainty": "B+C"}])
+@pytest.mark.parametrize("on", [True, False])
+def test_training_forward_has_reference_gradients(kw, on):
+    model = _model(**kw).train()
+    x = torch.randn(3, 100, 10)
+
+    def grads(reference: bool) -> dict[str, torch.Tensor]:
+        model.zero_grad()
+        with accelerator(on):
+            out = reference_forward(model, x) if reference else model(x)
+        loss = out.v.square().sum() + out.var.sum() + out.logits.logsumexp(-1).sum()
+        loss.backward()
+        return {n: p.grad.clone() for n, p in model.named_parameters()}
+
+    fast, ref = grads(False), grads(True)
+    assert fast.keys() == ref.keys()
+    for name in ref:
+        scale = float(ref[name].abs().max())
+        torch.testing.assert_close(fast[name], ref[name], rtol=1e-4, atol=1e-5 * scale, msg=name)
+
+
+@pytest.mark.parametrize("batch", [2, MAX_BATCH + 2])
+def test_caches_follow_normalisation_weights_and_edits(batch):
+    model = _model()
+    x = torch.randn(batch, 100, 10)
+    with torch.inference_mode():
+        before = model(x).v
+        # new normalisation while in eval mode: the derived weights must follow
+        model.encoder.set_normalization(torch.zeros(10), torch.full((10,), 3.0))
+        assert_same_outputs(model(x), reference_forward(model, x))
+        assert not torch.allclose(model(x).v, before)
+    # load other weights in eval mode
+    other = _model()
+    with torch.inference_mode():
         other(x)
     other.load_state_dict(model.state_dict())
+    with torch.inference_mode():
+        assert_same_outputs(other(x), model(x))
+    # parameters replaced by other objects (assign=True)
+    third = _model(rotor_kind="command")
     with torch.no_grad():
-        torch.testing.assert_close(other(x).logits, c.logits)
-    model.train()
-    model(x).v.sum().backward()  # with gradients: computed afresh, so they reach gamma
-    assert len(calls) == 3 and dec.gamma.grad is not None
+        third(x)
+    third.load_state_dict(model.state_dict(), assign=True)
+    with torch.inference_mode():
+        assert_same_outputs(third(x), model(x))
+    # in-place edits in eval mode (an optimiser step, a manual edit) are seen without any call
+    with torch.no_grad():
+        model.encoder.proj.weight.mul_(1.5)
+        model.bins.gamma.mul_(2.0)
+    with torch.inference_mode():
+        assert_same_outputs(model(x), reference_forward(model, x))
+    with torch.no_grad():
+        model.bins.theta.bias.add_(0.3)
+        model.encoder.layers[-1].qkv.weight.mul_(0.5)
+        model.encoder.mix_conv.weight.mul_(0.7)
+    with torch.inference_mode():
+        assert_same_outputs(model(x), reference_forward(model, x))
 
 
-def test_cached_features_usable_outside_inference_mode_with_grad():
-    torch.manual_seed(0)
-    model = VeloBinsNet(ModelConfig(num_bins=16)).eval()
+def test_caches_follow_a_fused_optimiser_step():
+    """Fused Adam updates parameters without bumping version counters; the cache must still follow."""
+    model = _model()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2, fused=True)
+    x = torch.randn(2, 100, 10)
+    with torch.no_grad():
+        model(x)
+    model(x).v.square().sum().backward()
+    opt.step()
+    with torch.no_grad():
+        assert_same_outputs(model(x), reference_forward(model, x))
+    with torch.no_grad():
+        model.encoder.proj.weight.data.mul_(2.0)  # invisible to version counters: needs invalidate_cache()
+    model.invalidate_cache()
+    with torch.no_grad():
+        assert_same_outputs(model(x), reference_forward(model, x))
+
+
+@pytest.mark.parametrize("batch", [2, MAX_BATCH + 2])
+def test_dtype_move_drops_caches(batch):
+    model = _model()
+    x = torch.randn(batch, 100, 10)
+    with torch.inference_mode():
+        model(x)
+    model.double()
+    with torch.inference_mode():
+        out = model(x.double())
+        ref = reference_forward(model, x.double())
+    assert out.v.dtype == torch.float64
+    torch.testing.assert_close(out.v, ref.v, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("batch", [1, MAX_BATCH + 2])
+def test_wrong_window_length_is_a_clear_error(batch):
+    model = _model()
+    for _ in range(2):
+        with torch.inference_mode(), pytest.raises(ValueError, match="expected 100 time steps"):
+            model(torch.randn(batch, 99, 10))
+
+
+@pytest.mark.parametrize("kw", [{"cov_head": True, "uncertainty": "B+C"}, {"cov_head": True, "uncertainty": "C"}])
+def test_uncertainty_is_an_inference_argument(kw):
+    model = _model(**kw)
     x = torch.randn(2, 100, 10)
     with torch.inference_mode():
-        ref = model(x)  # fills the inference cache of derived weights
-    xg = x.clone().requires_grad_(True)
-    out = model(xg)  # no "inference tensor" error, and the same numbers as in inference mode
-    torch.testing.assert_close(out.v, ref.v)
-    torch.testing.assert_close(out.var, ref.var)
-    out.v.sum().backward()
-    assert xg.grad is not None and torch.isfinite(xg.grad).all() and xg.grad.abs().sum() > 0
-    no_grad = [n for n, p in model.named_parameters() if p.requires_grad and p.grad is None]
-    assert not no_grad, f"the cached path cut the gradient of {no_grad}"
-
-
-def test_decode_matches_definitions():
-    rng = np.random.default_rng(1)
-    b = np.linspace(-2, 2, 11)
-    p = rng.dirichlet(np.ones(11), size=(5, 3))
-    v = expected_velocity(torch.from_numpy(p), torch.from_numpy(b))
-    var = bin_variance(torch.from_numpy(p), torch.from_numpy(b), v)
-    v2, var2 = decode(torch.from_numpy(np.log(p)), torch.from_numpy(b))
-    np.testing.assert_allclose(v2.numpy(), v.numpy(), rtol=1e-12)
-    np.testing.assert_allclose(var2.numpy(), var.numpy(), rtol=1e-12)
-    v_ref = (p * b).sum(-1)
-    var_ref = (p * (b - v_ref[..., None]) ** 2).sum(-1)
-    np.testing.assert_allclose(v.numpy(), v_ref, rtol=1e-12)
-    np.testing.assert_allclose(var.numpy(), var_ref, rtol=1e-12)
-
-
-def test_bin_grid_edges_and_range():
-    g = BinGrid(8, 2.0)
-    c = g.centres(torch.float64)
-    lo, hi = g.edges()
-    assert lo[0] == -2.0 and hi[-1] == 2.0
-    torch.testing.assert_close(hi[:-1], 0.5 * (c[1:] + c[:-1]))
-    torch.testing.assert_close(lo[1:], hi[:-1])
-    assert g.width == pytest.approx(0.5)
-    v = [np.array([[0.5, -3.0, 1.0]]), np.array([[2.0, 0.0, 0.1]])]
-    assert velocity_range_from(v) == pytest.approx(1.1 * 3.0)
-    with pytest.raises(ValueError, match="array 0"):
-        velocity_range_from([np.zeros((3, 2))])
-
-
-def test_normalisation_buffers_frozen_and_rpm_squared():
-    cfg = ModelConfig(rotor_kind="speed")
-    model = VeloBinsNet(cfg).eval()
-    mean = torch.arange(10.0)
-    std = torch.full((10,), 2.0)
-    model.encoder.set_normalization(mean, std)
-    x = torch.randn(2, 100, 10)
-    with torch.inference_mode():
-        model(x * 5)
-    torch.testing.assert_close(model.encoder.norm_mean, mean)
-    assert "encoder.norm_mean" in model.state_dict()
-    z = model.encoder.standardise(x)
-    torch.testing.assert_close(z[..., 6:], (x[..., 6:] ** 2 - mean[6:]) / 2.0)
-    torch.testing.assert_close(z[..., :6], (x[..., :6] - mean[:6]) / 2.0)
-    with pytest.raises(ValueError, match="std"):
-        model.encoder.set_normalization(mean, torch.zeros(10))
+        default = model(x)
+        for source in ("B", "C", "B+C"):
+            assert_same_outputs(model(x, uncertainty=source), reference_forward(model, x, source))
+    assert_same_outputs(default, reference_forward(model, x, kw["uncertainty"]))
+    for _ in range(2):  # also once the frozen path knows the model
+        with torch.inference_mode(), pytest.raises(ValueError, match="covariance decoder"):
+            _model()(x, uncertainty="C")
+        with torch.inference_mode(), pytest.raises(ValueError, match="must be one of"):
+            model(x, uncertainty="A")
 
 
 def test_config_validation_names_field():

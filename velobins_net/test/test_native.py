@@ -10,9 +10,11 @@ import shutil
 
 import pytest
 import torch
+import torch.backends.mkldnn as mkldnn
+import torch.nn.functional as F
 
 import velobins_net.accel.native as na
-from velobins_net.accel import onednn_linear
+from velobins_net.accel import NATIVE_GELU_MAX_NUMEL, gelu, onednn_linear
 
 torch.set_num_threads(1)
 
@@ -258,3 +260,14 @@ def test_native_gelu_equals_exact_gelu_and_declines_what_it_cannot_do():
     assert na.gelu(x.double()) is None  # float32 only
     assert na.gelu(x.view(2, -1).t()) is None  # non-contiguous
     assert na.gelu(x.clone().requires_grad_()) is None  # needs autograd
+
+
+@pytest.mark.parametrize("numel", [224, NATIVE_GELU_MAX_NUMEL + 2])
+def test_gelu_is_exact_gelu_and_leaves_onednn_flag(numel):
+    x = torch.randn(2, numel // 2) * 4
+    was = mkldnn.enabled
+    y = gelu(x)
+    assert y.shape == x.shape and y.is_contiguous()
+    torch.testing.assert_close(y, 0.5 * x * (1.0 + torch.erf(x / 2**0.5)), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(y, F.gelu(x), rtol=1e-5, atol=1e-5)
+    assert mkldnn.enabled == was

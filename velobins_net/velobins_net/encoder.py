@@ -1,8 +1,8 @@
 """AI-IO style encoder (§III-B, Fig. 2): per-modality 1-D convolutions, a transformer, last-step feature h.
 
 Input: a window (B, T, 6+K) of raw [acc (3), gyro (3), rotor (K)] samples at the network rate.
-Rotor preprocessing follows the actuation physics: thrust ∝ ω², so measured speeds (``rpm``,
-rad/s) are fed squared, commanded ``pwm`` values raw. Every channel is then standardised with
+Rotor preprocessing follows the actuation physics: thrust ∝ ω², so measured speeds (``speed``,
+rad/s) are fed squared, normalised commands (``command``) raw. Every channel is then standardised with
 statistics fitted once on the training set and stored as buffers (never updated at inference).
 :meth:`Encoder.forward` reads top to bottom as the architecture; for the defaults (D_h = 48,
 K = 4, branch width 16, kernel 5, 4 heads, FFN 224):

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from . import accel
 from .model import VeloBinsNet
 
 
@@ -38,6 +39,8 @@ class ExportWrapper(nn.Module):
         self.model = model.eval()
         self.has_bins = model.bins is not None
         self.uncertainty = uncertainty or model.cfg.uncertainty
+        with torch.no_grad(), accel.eager():  # derives the fast paths' weights: constants in a trace, not ops
+            model(_example(model), self.uncertainty)
 
     def forward(self, window: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """window (B, T, 6+K) → (velocity, variance[, probs])."""

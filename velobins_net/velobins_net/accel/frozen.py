@@ -112,11 +112,13 @@ def _freeze(module: nn.Module, x: torch.Tensor, args: tuple[Any, ...]) -> tuple[
     was_training = module.training
     try:
         with eager(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the tracer's notes on shape-dependent Python (part of the signature)
+            # the tracer's notes on shape-dependent Python (part of the signature), and torch.jit's
+            # deprecation notice (TorchScript is still libtorch's format; a failure here runs eagerly)
+            warnings.simplefilter("ignore")
             traced = torch.jit.trace(_Traced(module, args, fields), (x,), check_trace=False)
             script = torch.jit.freeze(traced.eval())
-        with contextlib.suppress(RuntimeError):  # fuses and pre-packs for the CPU where the build supports it
-            script = torch.jit.optimize_for_inference(script)
+            with contextlib.suppress(RuntimeError):  # fuses and pre-packs for the CPU where the build supports it
+                script = torch.jit.optimize_for_inference(script)
     except Exception as exc:  # a forward the tracer cannot record keeps running eagerly
         reason = f"{type(exc).__name__}: {exc}".splitlines()[0]
         _LOG.warning("frozen forward unavailable for %s: %s; running eagerly", type(module).__name__, reason)
