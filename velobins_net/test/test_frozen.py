@@ -124,8 +124,8 @@ def test_training_flag_none_fields_and_inference_tensors(traces):
         x = torch.randn(2, 3)  # an inference tensor
         out = toy(x, 2.0)
         again = toy(x, 2.0)
-    assert len(traces) == 1 and toy.training  # tracing leaves the module's mode as it was
         want = 2.0 * toy.lin(x)
+    assert len(traces) == 1 and toy.training  # tracing leaves the module's mode as it was
     assert out.count is None and out.extra is None
     torch.testing.assert_close(out.y, want)
     torch.testing.assert_close(again.y, out.y, rtol=0, atol=0)
