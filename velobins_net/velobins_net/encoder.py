@@ -120,7 +120,7 @@ class Encoder(nn.Module):
 
     def branch_convs(self, z: torch.Tensor) -> torch.Tensor:
         """The acc, gyro and rotor channels of z (B, 6+K, T), each through its own convolution, stacked: (B, 3c, T)."""
-        if accel.enabled():  # fast path: ONE convolution whose weight holds the three on its block diagonal
+        if accel.enabled():  # fast path: one convolution whose weight holds the three on its block diagonal
             weight, bias = self._cache.derive(self._conv_modules(), "branches", self._branch_weights)
             return F.conv1d(z, weight, bias, padding=self.acc_conv.padding)
         acc, gyro, rotor = z.split([3, 3, z.shape[1] - 6], dim=1)
