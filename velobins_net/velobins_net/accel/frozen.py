@@ -2,12 +2,12 @@
 
 At one window the network does little arithmetic, and the Python around each layer (module calls,
 attribute look-ups, the fast-path checks) costs about as much as the layers themselves. So a
-gradient-free call of at most :data:`MAX_BATCH` windows runs the forward as TorchScript: traced once
-per call signature (input shape, dtype and device, the forward's other arguments), frozen (the
-parameters become constants, so the weights the fast paths derive from them are computed once)
-and kept until a parameter changes (:class:`.cache.DerivedCache`). Nothing is written twice: the
-trace records the module's forward as it runs, with the accelerator on, except the native kernels,
-which step aside under tracing (PyTorch's ops are recorded in their place).
+gradient-free call of at most :data:`MAX_BATCH` windows on the CPU runs the forward as TorchScript:
+traced once per call signature (input shape, dtype and device, the forward's other arguments),
+frozen (the parameters become constants, so the weights the fast paths derive from them are
+computed once) and kept until a parameter changes (:class:`.cache.DerivedCache`). Nothing is
+written twice: the trace records the module's forward as it runs, with the accelerator on, except
+the native kernels, which step aside under tracing (PyTorch's ops are recorded in their place).
 
 A signature is traced at its first call (a few tens of milliseconds) and every call of it runs
 the same frozen graph, so a window's estimate does not depend on the calls before it. A forward
@@ -81,10 +81,13 @@ class FrozenForward:
         self._cache: DerivedCache[Any] = DerivedCache(max_values=MAX_SIGNATURES)
 
     def applies(self, x: torch.Tensor) -> bool:
-        """Whether a call on ``x`` may run frozen: accelerator on, no gradient, no tracer, a few windows."""
+        """Whether a call on ``x`` may run frozen: accelerator on, no gradient, no tracer, a few windows on the CPU
+        (where the Python per layer is what the frozen graph saves; GPU inference stays eager)."""
         if not kernels_enabled() or torch.is_grad_enabled() or _eager_depth[0]:
             return False
-        return x.shape[0] <= MAX_BATCH and not torch.jit.is_tracing() and not torch.jit.is_scripting()
+        if x.shape[0] > MAX_BATCH or x.device.type != "cpu":
+            return False
+        return not torch.jit.is_tracing() and not torch.jit.is_scripting()
 
     def __call__(self, module: nn.Module, x: torch.Tensor, *args: Hashable) -> Any:
         """``module(x, *args)``: frozen (traced at a signature's first call with these parameters), or eager
