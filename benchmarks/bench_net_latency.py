@@ -3,13 +3,15 @@
 * VeloBins: eval mode, precomputed bin encodings, last token only in the last layer.
 * Regression: the AI-IO baseline heads on the same (optimised) encoder.
 * Straightforward VeloBins: all tokens in every layer, bin encodings recomputed per forward.
-* TorchScript frozen: the exported (traced) fused path, frozen + optimize_for_inference.
+* TorchScript frozen: the exported (traced) model, frozen + optimize_for_inference.
 
-The first two run the model's forward on its cached derived weights, with the accelerator layer
-(velobins_net.accel: the native all-token attention, and for VeloBins the bin decoder in one
-native call) when the kernels are built; ``VELOBINS_NATIVE_KERNELS=0`` measures the pure-PyTorch
-path. The line "native kernels:" says which ran. The straightforward row is ``reference_forward``
-of velobins_net/test/reference.py (the tests' oracle).
+The first two run the model as a caller does: one window without gradients, which runs the
+model's own forward traced and frozen once (velobins_net.accel.frozen: its derived weights
+constants, PyTorch's ops in place of the native kernels); larger gradient-free batches run the
+eager forward with the accelerator layer (native all-token attention, the bin decoder in one
+native call). ``VELOBINS_NATIVE_KERNELS=0`` measures the plain eager forward, PyTorch's ops only;
+the line "native kernels:" says which. The straightforward row is ``reference_forward`` of
+velobins_net/test/reference.py (the tests' oracle).
 
 How it measures, and why: on the shared 2-core development machines the same call moves by
 ±5-10 % from one second to the next, which is as large as the effect being measured (the bin

@@ -1,8 +1,9 @@
 """Training throughput (windows/s): optimised loop vs a straightforward implementation, same run.
 
 * optimised: :func:`velobins_net.train.train_epoch` as :func:`velobins_net.train.train` runs it:
-  one vectorised gather per batch from the contiguous window array, the fused encoder path with
-  a last-token-only final transformer layer, the native small-head attention kernel
+  one vectorised gather per batch from the contiguous window array, the model's forward with its
+  fast paths (block-diagonal branch convolutions, a last-token-only final transformer layer with
+  its attention folded), the native small-head attention kernel
   (:mod:`velobins_net.accel.native`) and oneDNN linears (:mod:`velobins_net.accel.onednn_linear`) in
   the all-token layer (``VELOBINS_NATIVE_KERNELS=0`` measures without both), the active-set label
   solver (:func:`velobins_net.labels.error_conditioned_labels`) and fused Adam.
