@@ -120,12 +120,13 @@ def test_a_forward_the_tracer_cannot_record_runs_eagerly_with_one_warning(caplog
 
 def test_training_flag_none_fields_and_inference_tensors(traces):
     toy = _Toy().train()
+    toy.lin.eval()  # a submodule's own mode is kept too
     with torch.inference_mode():
         x = torch.randn(2, 3)  # an inference tensor
         out = toy(x, 2.0)
         again = toy(x, 2.0)
         want = 2.0 * toy.lin(x)
-    assert len(traces) == 1 and toy.training  # tracing leaves the module's mode as it was
+    assert len(traces) == 1 and toy.training and not toy.lin.training  # tracing leaves the modes as they were
     assert out.count is None and out.extra is None
     torch.testing.assert_close(out.y, want)
     torch.testing.assert_close(again.y, out.y, rtol=0, atol=0)

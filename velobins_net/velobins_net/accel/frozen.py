@@ -112,7 +112,7 @@ def _freeze(module: nn.Module, x: torch.Tensor, args: tuple[Any, ...]) -> tuple[
     with eager():
         out = module(x, *args)  # a user's error is raised here; also fills the forward's derived-weight caches
     fields = tuple(name for name in out._fields if getattr(out, name) is not None)
-    was_training = module.training
+    modes = [(m, m.training) for m in module.modules()]  # freezing wants eval mode: restored as it was
     try:
         with eager(), warnings.catch_warnings():
             # the tracer's notes on shape-dependent Python (part of the signature), and torch.jit's
@@ -127,5 +127,6 @@ def _freeze(module: nn.Module, x: torch.Tensor, args: tuple[Any, ...]) -> tuple[
         _LOG.warning("frozen forward unavailable for %s: %s; running eagerly", type(module).__name__, reason)
         return _Failed(reason)
     finally:
-        module.train(was_training)
+        for m, training in modes:
+            m.training = training
     return type(out), fields, script
