@@ -6,7 +6,7 @@
 * TorchScript frozen: the exported (traced) model, frozen + optimize_for_inference.
 
 The first two run the model as a caller does: one window without gradients, which runs the
-model's own forward traced and frozen once (velobins_net.accel.frozen: its derived weights
+model's own forward traced and frozen once (velobins_net.accel.traced: its derived weights
 constants, PyTorch's ops in place of the native kernels); larger gradient-free batches run the
 eager forward with the accelerator layer (native all-token attention, the bin decoder in one
 native call). ``VELOBINS_NATIVE_KERNELS=0`` measures the plain eager forward, PyTorch's ops only;

@@ -45,7 +45,7 @@ def test_bin_encodings_are_computed_once_without_gradients_and_follow_parameters
     calls = []
     real = dec.bin_features
     monkeypatch.setattr(dec, "bin_features", lambda: calls.append(1) or real())
-    x = torch.randn(6, 100, 10)  # more windows than the frozen path takes: the eager forward
+    x = torch.randn(6, 100, 10)  # more windows than the traced path takes: the eager forward
     with torch.inference_mode():
         a = model(x)
         b = model(x)
@@ -73,7 +73,7 @@ def test_bin_encodings_are_computed_once_without_gradients_and_follow_parameters
     assert len(calls) == 5 and dec.gamma.grad is not None
 
 
-@pytest.mark.parametrize("batch", [2, 6])  # frozen, eager
+@pytest.mark.parametrize("batch", [2, 6])  # traced, eager
 def test_cached_features_usable_outside_inference_mode_with_grad(batch):
     torch.manual_seed(0)
     model = VeloBinsNet(ModelConfig(num_bins=16)).eval()

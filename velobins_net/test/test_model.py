@@ -9,7 +9,7 @@ import torch
 from recorded import RECORD, SHIPPED, fixed_model, fixed_windows, shipped_model
 from reference import accelerator, assert_same_outputs, reference_forward
 
-from velobins_net.accel.frozen import MAX_BATCH
+from velobins_net.accel.traced import MAX_BATCH
 from velobins_net.checkpoint import read_checkpoint
 from velobins_net.config import ModelConfig
 from velobins_net.encoder import DENSE_MIX_MAX_BATCH
@@ -28,7 +28,7 @@ CONFIGS = [
     {"head": "reg", "uncertainty": "C"},
 ]
 BATCHES = [1, MAX_BATCH + 2, DENSE_MIX_MAX_BATCH + 3]
-"""Frozen; eager with the dense mixing convolution; eager with the grouped one."""
+"""Traced; eager with the dense mixing convolution; eager with the grouped one."""
 
 RECORDED = json.loads(RECORD.read_text())
 
@@ -60,8 +60,8 @@ def test_outputs_equal_those_recorded_from_the_fused_implementation(key):
     x = fixed_windows(model.cfg)
     with torch.inference_mode():
         _assert_recorded(model(x), want)  # eager, dense mixing convolution
-        _assert_recorded(model(x[:1]), want, slice(0, 1))  # frozen
-        _assert_recorded(model(x[:1]), want, slice(0, 1))  # frozen, from its cache
+        _assert_recorded(model(x[:1]), want, slice(0, 1))  # traced
+        _assert_recorded(model(x[:1]), want, slice(0, 1))  # traced, from its cache
         _assert_recorded(model(x.repeat(3, 1, 1)), want, tiles=3)  # grouped mixing convolution
         with accelerator(False):
             _assert_recorded(model(x), want)  # the plain layer-by-layer forward
@@ -201,7 +201,7 @@ def test_uncertainty_is_an_inference_argument(kw):
         for source in ("B", "C", "B+C"):
             assert_same_outputs(model(x, uncertainty=source), reference_forward(model, x, source))
     assert_same_outputs(default, reference_forward(model, x, kw["uncertainty"]))
-    for _ in range(2):  # also once the frozen path knows the model
+    for _ in range(2):  # also once the traced path knows the model
         with torch.inference_mode(), pytest.raises(ValueError, match="covariance decoder"):
             _model()(x, uncertainty="C")
         with torch.inference_mode(), pytest.raises(ValueError, match="must be one of"):

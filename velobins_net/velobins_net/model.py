@@ -70,7 +70,7 @@ class VeloBinsNet(nn.Module):
             self.cov = CovarianceHead(cfg.d_model)
         elif cfg.cov_head:
             self.cov = RTMOSigmaHead(cfg.d_model, cfg.velocity_range)
-        self._frozen = accel.FrozenForward()
+        self._traced = accel.TracedForward()
 
     def forward(self, x: torch.Tensor, uncertainty: str | None = None) -> NetOutput:
         """x (B, T, 6+K) raw window → :class:`NetOutput`.
@@ -80,8 +80,8 @@ class VeloBinsNet(nn.Module):
             uncertainty: reported variance source ``B``, ``C`` or ``B+C``; None: ``cfg.uncertainty``.
         """
         source = uncertainty or self.cfg.uncertainty
-        if self._frozen.applies(x):  # fast path: a few windows run this same forward traced and frozen
-            return self._frozen(self, x, source)
+        if self._traced.applies(x):  # fast path: a few windows run this same forward traced and frozen
+            return self._traced(self, x, source)
         h = self.encoder(x)  # last-step feature (B, D_h)
         logits = bin_var = None
         if self.bins is not None:  # VeloBins: a distribution over velocity bins per axis, decoded
@@ -105,7 +105,7 @@ class VeloBinsNet(nn.Module):
         Every other change (optimiser steps, ``load_state_dict``, in-place edits, device or dtype
         moves, :meth:`Encoder.set_normalization`) is seen by the caches themselves.
         """
-        self._frozen.clear()
+        self._traced.clear()
         self.encoder._cache.clear()
         for layer in self.encoder.layers:
             layer._cache.clear()

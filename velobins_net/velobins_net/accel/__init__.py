@@ -17,8 +17,8 @@ does not apply:
 * :class:`DerivedCache`: weights derived from parameters (block-diagonal convolutions, the folded
   last-layer attention, bin features), cached for gradient-free calls and rebuilt when a parameter
   changes (:mod:`.cache`);
-* :class:`FrozenForward`: a gradient-free call of a few windows through the model's own forward,
-  traced and frozen (TorchScript), so no Python runs per layer (:mod:`.frozen`);
+* :class:`TracedForward`: a gradient-free call of a few windows through the model's own forward,
+  traced and frozen (TorchScript), so no Python runs per layer (:mod:`.traced`);
 * :func:`reuse_freed_memory`: allocator tuning for a training process (:mod:`.cpu_memory`).
 
 The one switch, :func:`enabled`: ``VELOBINS_NATIVE_KERNELS=0`` in the environment (or
@@ -35,15 +35,15 @@ import torch.nn.functional as F
 from . import native
 from .cache import DerivedCache
 from .cpu_memory import reuse_freed_memory
-from .frozen import FrozenForward, eager
 from .native import bin_decode, kernel_status, native_applies, native_attention, set_enabled
 from .native import kernels_enabled as enabled
 from .onednn_linear import Linear, linear
+from .traced import TracedForward, eager
 
 __all__ = [
     "DerivedCache",
-    "FrozenForward",
     "Linear",
+    "TracedForward",
     "bin_decode",
     "eager",
     "enabled",

@@ -1,4 +1,4 @@
-"""accel.frozen: a few gradient-free windows run the module's own forward traced and frozen, once per signature."""
+"""accel.traced: a few gradient-free windows run the module's own forward traced and frozen, once per signature."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from reference import accelerator, assert_same_outputs
 from torch import nn
 
 from velobins_net import accel
-from velobins_net.accel import frozen
+from velobins_net.accel import traced
 from velobins_net.config import ModelConfig
 from velobins_net.model import VeloBinsNet
 
@@ -44,7 +44,7 @@ def _eager(model: nn.Module, x: torch.Tensor, *args):
 
 def test_one_frozen_graph_per_signature_equal_to_the_eager_forward(traces):
     model = _model(cov_head=True, uncertainty="B+C")
-    x = torch.randn(frozen.MAX_BATCH, 100, 10)
+    x = torch.randn(traced.MAX_BATCH, 100, 10)
     with torch.inference_mode():
         first = model(x[:1])
         assert len(traces) == 1
@@ -62,7 +62,7 @@ def test_large_batches_gradients_the_switch_and_eager_blocks_stay_eager(traces):
     model = _model()
     x = torch.randn(1, 100, 10)
     with torch.inference_mode():
-        model(torch.randn(frozen.MAX_BATCH + 1, 100, 10))
+        model(torch.randn(traced.MAX_BATCH + 1, 100, 10))
         with accelerator(False):
             model(x)
         with accel.eager():
@@ -92,26 +92,26 @@ class _Out(NamedTuple):
 
 
 class _Toy(nn.Module):
-    """A small module with the frozen fast path; ``untraceable`` returns a plain int (no trace can)."""
+    """A small module with the traced fast path; ``untraceable`` returns a plain int (no trace can)."""
 
     def __init__(self, untraceable: bool = False):
         super().__init__()
         self.lin = nn.Linear(3, 2)
         self.untraceable = untraceable
-        self._frozen = accel.FrozenForward()
+        self._traced = accel.TracedForward()
 
     def forward(self, x: torch.Tensor, scale: float = 1.0) -> _Out:
-        if self._frozen.applies(x):
-            return self._frozen(self, x, scale)
+        if self._traced.applies(x):
+            return self._traced(self, x, scale)
         return _Out(self.lin(x) * scale, 7 if self.untraceable else None)
 
 
 def test_a_forward_the_tracer_cannot_record_runs_eagerly_with_one_warning(caplog):
     toy = _Toy(untraceable=True)
     x = torch.randn(2, 3)
-    with caplog.at_level(logging.WARNING, logger=frozen.__name__), torch.no_grad():
+    with caplog.at_level(logging.WARNING, logger=traced.__name__), torch.no_grad():
         outs = [toy(x) for _ in range(3)]
-    assert [r.getMessage() for r in caplog.records if "frozen forward unavailable" in r.getMessage()] == [
+    assert [r.getMessage() for r in caplog.records if "traced forward unavailable" in r.getMessage()] == [
         caplog.records[0].getMessage()
     ]
     assert all(o.count == 7 for o in outs)
@@ -136,9 +136,9 @@ def test_signatures_kept_are_bounded(traces):
     toy = _Toy()
     x = torch.randn(1, 3)
     with torch.no_grad():
-        for scale in range(frozen.MAX_SIGNATURES + 3):
+        for scale in range(traced.MAX_SIGNATURES + 3):
             toy(x, float(scale))
-        toy(x, float(frozen.MAX_SIGNATURES + 2))  # the newest is kept
-        assert len(traces) == frozen.MAX_SIGNATURES + 3
+        toy(x, float(traced.MAX_SIGNATURES + 2))  # the newest is kept
+        assert len(traces) == traced.MAX_SIGNATURES + 3
         toy(x, 0.0)  # the oldest was dropped: traced again
-    assert len(traces) == frozen.MAX_SIGNATURES + 4
+    assert len(traces) == traced.MAX_SIGNATURES + 4

@@ -33,12 +33,12 @@ from .native import kernels_enabled
 _LOG = logging.getLogger(__name__)
 
 MAX_BATCH = 4
-"""Gradient-free calls of at most this many windows run frozen. Beyond, the eager forward wins: its
+"""Gradient-free calls of at most this many windows run traced. Beyond, the eager forward wins: its
 arithmetic outweighs the Python around it, and it has the native attention kernel, which a trace
 replaces by PyTorch's (``benchmarks/bench_net_latency.py`` times batch 1)."""
 
 MAX_SIGNATURES = 8
-"""Frozen traces kept per module (the oldest is dropped beyond)."""
+"""Traced graphs kept per module (the oldest is dropped beyond)."""
 
 _eager_depth = [0]
 """> 0 inside :func:`eager`: no frozen call (the tracer's own run of the forward, a warm-up)."""
@@ -74,14 +74,14 @@ class _Traced(nn.Module):
         return tuple(getattr(out, name) for name in self.fields)
 
 
-class FrozenForward:
-    """Frozen traces of one module's forward, one per call signature (see the module doc)."""
+class TracedForward:
+    """Traced, frozen graphs of one module's forward, one per call signature (see the module doc)."""
 
     def __init__(self) -> None:
         self._cache: DerivedCache[Any] = DerivedCache(max_values=MAX_SIGNATURES)
 
     def applies(self, x: torch.Tensor) -> bool:
-        """Whether a call on ``x`` may run frozen: accelerator on, no gradient, no tracer, a few windows on the CPU
+        """Whether a call on ``x`` may run traced: accelerator on, no gradient, no tracer, a few windows on the CPU
         (where the Python per layer is what the frozen graph saves; GPU inference stays eager)."""
         if not kernels_enabled() or torch.is_grad_enabled() or _eager_depth[0]:
             return False
@@ -124,7 +124,7 @@ def _freeze(module: nn.Module, x: torch.Tensor, args: tuple[Any, ...]) -> tuple[
                 script = torch.jit.optimize_for_inference(script)
     except Exception as exc:  # a forward the tracer cannot record keeps running eagerly
         reason = f"{type(exc).__name__}: {exc}".splitlines()[0]
-        _LOG.warning("frozen forward unavailable for %s: %s; running eagerly", type(module).__name__, reason)
+        _LOG.warning("traced forward unavailable for %s: %s; running eagerly", type(module).__name__, reason)
         return _Failed(reason)
     finally:
         for m, training in modes:
