@@ -356,6 +356,33 @@ def read_bag(path: str | Path) -> Flight:
     )
 
 
+def topic_messages(path: str | Path, topic: str, msgtype: str | None = None) -> Iterator[Any]:
+    """The deserialised messages of one ``topic`` of a bag (folder or storage file), in log-time order.
+
+    Raises:
+        BagError: no such bag, no such topic (the message lists the bag's topics), a topic of
+            another type than ``msgtype``, or a truncated or corrupt file.
+    """
+    path = _bag_dir(Path(path))
+    store = typestore()
+    reader = _open_reader(path)
+    try:
+        conns = [c for c in reader.connections if c.topic == topic]
+        if not conns:
+            found = sorted({f"{c.topic} ({c.msgtype})" for c in reader.connections})
+            raise BagError(f"{path}: no topic {topic}; the bag has {', '.join(found) or 'no topics'}")
+        if msgtype is not None and any(c.msgtype != msgtype for c in conns):
+            raise BagError(f"{path}: topic {topic} is {conns[0].msgtype}, expected {msgtype}")
+
+        def corrupt(exc: BaseException) -> BagError:
+            return BagError(f"{path}: cannot read: truncated or corrupt bag ({_describe(exc)})")
+
+        for _topic, msg in bag_messages(reader, conns, store, corrupt):
+            yield msg
+    finally:
+        reader.close()
+
+
 def _bag_dir(path: Path) -> Path:
     """The rosbag2 folder ``path`` names (itself, or the folder of a storage file in it)."""
     if path.is_file() and (path.parent / "metadata.yaml").is_file():

@@ -137,12 +137,53 @@ def test_flight_metrics_on_a_perfect_and_an_offset_filter() -> None:
     assert fm.net_ave == pytest.approx(sigma * math.sqrt(8 / math.pi), rel=0.1)  # mean of a χ₃ · σ
     assert fm.net_nll == pytest.approx(0.5 * math.log(2 * math.pi * sigma**2) + 0.5, abs=0.1)
     assert fm.nees_median == pytest.approx(2.366, rel=0.2)
-    assert set(fm.as_dict()) == {"net_ave", "net_nll", "ave", "rte", "ate", "nees_median", "nees_in_bounds"}
+    assert tuple(fm.as_dict()) == m.PAPER_KEYS + m.EXTRA_KEYS  # the paper's seven first, in their order
+    assert fm.nees_mean == pytest.approx(3.0, rel=0.2)
+    assert math.isnan(fm.rot_rms) and math.isnan(fm.ave_body)  # no orientation given: no orientation columns
     # a displacement method has no network velocity: net columns NaN, the fused ones unchanged
     nan = np.full(v.shape, np.nan)
     fd = m.flight_metrics(gt, nan, nan, p + np.array([0.0, 0.0, 1.0]), v_fused, cov)
     assert math.isnan(fd.net_ave) and math.isnan(fd.net_nll)
     assert (fd.ave, fd.rte, fd.ate, fd.nees_median) == (fm.ave, fm.rte, fm.ate, fm.nees_median)
+
+
+def test_rotation_and_final_yaw_error_of_a_known_offset() -> None:
+    yaw = np.linspace(-3.0, 3.0, 50)
+    q_gt = Rotation.from_euler("zyx", np.stack([yaw, 0.2 * np.sin(yaw), 0.1 * yaw], axis=1)).as_quat()
+    off = Rotation.from_rotvec(np.radians(10.0) * np.array([1.0, 2.0, 2.0]) / 3.0)
+    q_est = (Rotation.from_quat(q_gt) * off).as_quat()  # 10° about a body axis, every sample
+    np.testing.assert_allclose(m.rotation_errors(q_est, q_gt), np.radians(10.0), atol=1e-12)
+    assert m.rotation_rms_deg(q_est, q_gt) == pytest.approx(10.0)
+    # heading: the difference of the ZYX yaws, wrapped: 179° estimated against -179° true is 2°, not 358°
+    q_a = Rotation.from_euler("z", [[np.radians(179.0)]]).as_quat()
+    q_b = Rotation.from_euler("z", [[np.radians(-179.0)]]).as_quat()
+    assert m.yaw_errors(q_a, q_b)[0] == pytest.approx(np.radians(-2.0))
+    assert m.final_yaw_error_deg(np.vstack([q_b, q_a]), np.vstack([q_b, q_b])) == pytest.approx(2.0)
+    assert m.rotation_rms_deg(q_gt, q_gt) == pytest.approx(0.0, abs=1e-6)
+
+
+def test_body_ave_is_blind_to_a_heading_error_that_the_world_ave_sees() -> None:
+    """An estimator whose heading is off by 30° but whose body velocity is right: world AVE large, body AVE zero."""
+    t = np.arange(0.0, 10.0, 0.05)
+    q = Rotation.from_euler("zyx", np.stack([0.3 * t, 0.1 * np.sin(t), 0 * t], axis=1))
+    v_body = np.stack([1.0 + 0 * t, 0.2 * np.cos(t), 0.1 * np.sin(t)], axis=1)
+    q_est = Rotation.from_euler("z", np.radians(30.0)) * q
+    v_world, v_est = q.apply(v_body), q_est.apply(v_body)
+    assert m.ave(v_est, v_world) > 0.4
+    assert m.body_ave(v_est, q_est.as_quat(), v_world, q.as_quat()) == pytest.approx(0.0, abs=1e-12)
+    gt = m.interpolate_ground_truth(t, np.cumsum(v_world, 0) * 0.05, q.as_quat(), v_world, t)
+    cov = np.broadcast_to(np.eye(3), (t.size, 3, 3))
+    fm = m.flight_metrics(gt, v_body, np.ones((t.size, 3)), gt.p, v_est, cov, q_fused=q_est.as_quat())
+    assert fm.yaw_final == pytest.approx(30.0) and fm.rot_rms == pytest.approx(30.0)
+    assert fm.ave_body == pytest.approx(0.0, abs=1e-12) and fm.ave > 0.4
+    assert fm.ate == 0.0 and fm.ate_yaw == pytest.approx(0.0, abs=1e-9) and fm.ate_se3 == pytest.approx(0.0, abs=1e-9)
+    # a trajectory rotated about z by 0.5 rad and shifted: unaligned ATE large, yaw-aligned ATE zero
+    rot = Rotation.from_euler("z", 0.5)
+    fr = m.flight_metrics(gt, v_body, np.ones((t.size, 3)), rot.apply(gt.p) + [1.0, 2.0, 0.0], v_est, cov)
+    assert fr.ate > 1.0 and fr.ate_yaw == pytest.approx(0.0, abs=1e-9) and fr.ate_se3 == pytest.approx(0.0, abs=1e-9)
+    # no covariance: the NEES columns are NaN, the others stay
+    fn = m.flight_metrics(gt, v_body, np.ones((t.size, 3)), gt.p, v_est, np.full_like(cov, np.nan))
+    assert math.isnan(fn.nees_median) and math.isnan(fn.nees_mean) and fn.ave == fm.ave
 
 
 def test_shape_errors_name_the_field() -> None:

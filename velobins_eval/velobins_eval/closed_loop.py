@@ -32,6 +32,29 @@ def ground_truth_state(seq: Flight, index: int = 0):
     return NavState.from_pose(seq.q[index], seq.v[index], seq.p[index])
 
 
+def record_of_run(seq: Flight, method: str, ups: list, res, v_net: np.ndarray, var_net: np.ndarray) -> FlightRecord:
+    """:class:`FlightRecord` of a filter run: its accepted update records ``ups`` (velocity or displacement
+    updates: stamp, pos, rot, vel_world, vel_world_cov) and its full-rate result ``res`` (t, pos, rot, vel),
+    with the network's body velocity and variance at the update stamps."""
+    from scipy.spatial.transform import Rotation
+
+    return FlightRecord(
+        flight=seq.name,
+        method=method,
+        t=np.array([u.stamp for u in ups]),
+        v_net=v_net,
+        var_net=var_net,
+        p_fused=np.array([u.pos for u in ups]),
+        v_fused=np.array([u.vel_world for u in ups]),
+        cov_fused=np.array([u.vel_world_cov for u in ups]),
+        t_traj=res.t,
+        p_traj=res.pos,
+        q_fused=Rotation.from_matrix(np.array([u.rot for u in ups])).as_quat(),
+        q_traj=Rotation.from_matrix(res.rot).as_quat(),
+        v_traj=res.vel,
+    )
+
+
 def filter_config_for(model, ekf_config=None):
     """``ekf_config`` (defaults when None) with enough history for the model's displacement windows."""
     from velobins_ekf.config import DISPLACEMENT_HISTORY_MARGIN, EkfConfig
@@ -93,15 +116,4 @@ def closed_loop_flight(model, seq: Flight, method: str, predictor_config=None, e
     nan3 = np.full((t_upd.size, 3), np.nan)
     v_net = np.array([net[t][0] for t in t_upd]) if not displacement else nan3
     var_net = np.array([net[t][1] for t in t_upd]) if not displacement else nan3
-    return FlightRecord(
-        flight=seq.name,
-        method=method,
-        t=t_upd,
-        v_net=v_net,
-        var_net=var_net,
-        p_fused=np.array([u.pos for u in ups]),
-        v_fused=np.array([u.vel_world for u in ups]),
-        cov_fused=np.array([u.vel_world_cov for u in ups]),
-        t_traj=res.t,
-        p_traj=res.pos,
-    )
+    return record_of_run(seq, method, ups, res, v_net, var_net)

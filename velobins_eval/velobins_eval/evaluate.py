@@ -29,7 +29,7 @@ from velobins_common.outputs import RunLayout
 from velobins_data.flight import Flight
 
 from . import metrics
-from .closed_loop import closed_loop_flight, ground_truth_state
+from .closed_loop import closed_loop_flight, ground_truth_state, record_of_run
 from .report import method_label, write_report
 from .scoring import FlightRecord
 from .scoring import score as score  # re-exported: callers of velobins_eval.evaluate.score
@@ -90,20 +90,8 @@ def fuse_flight(seq: Flight, t: np.ndarray, v: np.ndarray, var: np.ndarray, meth
     ups = [u for u in res.updates if u.accepted]
     if not ups:
         raise ValueError(f"{seq.source}: the filter applied no update (stats: {res.stats})")
-    t_upd = np.array([u.stamp for u in ups])
-    index = np.searchsorted(t, t_upd)
-    return FlightRecord(
-        flight=seq.name,
-        method=method,
-        t=t_upd,
-        v_net=v[index],
-        var_net=var[index],
-        p_fused=np.array([u.pos for u in ups]),
-        v_fused=np.array([u.vel_world for u in ups]),
-        cov_fused=np.array([u.vel_world_cov for u in ups]),
-        t_traj=res.t,
-        p_traj=res.pos,
-    )
+    index = np.searchsorted(t, np.array([u.stamp for u in ups]))
+    return record_of_run(seq, method, ups, res, v[index], var[index])
 
 
 def imu_only_flight(seq: Flight, t_eval: np.ndarray, ekf_config=None) -> FlightRecord:
@@ -122,7 +110,10 @@ def imu_only_flight(seq: Flight, t_eval: np.ndarray, ekf_config=None) -> FlightR
         config=ekf_config,
         keep_updates=False,
     )
+    from scipy.spatial.transform import Rotation, Slerp
+
     nan3 = np.full((t_eval.size, 3), np.nan)
+    rot = Rotation.from_matrix(res.rot)
     return FlightRecord(
         seq.name,
         "imu-only",
@@ -134,11 +125,47 @@ def imu_only_flight(seq: Flight, t_eval: np.ndarray, ekf_config=None) -> FlightR
         np.full((t_eval.size, 3, 3), np.nan),
         res.t,
         res.pos,
+        q_fused=Slerp(res.t, rot)(t_eval).as_quat(),
+        q_traj=rot.as_quat(),
+        v_traj=res.vel,
     )
 
 
-EVALUATE_LAYOUT = RunLayout("evaluate", ("metrics.json", "metrics.md", "config.json", "plots"))
+EVALUATE_LAYOUT = RunLayout(
+    "evaluate", ("metrics.json", "metrics.md", "config.json", "plots", "report.md", "report.html", "estimates")
+)
 """What ``velobins evaluate`` owns in ``--out`` (the report of :mod:`velobins_eval.report`)."""
+
+
+def model_params(overlay: Path | None, params: list[Path]) -> tuple[list[Path], str]:
+    """The parameter files one checkpoint is evaluated with, and why: ``--params`` when given (for every
+    checkpoint), else the shipped model's own overlay (``--checkpoint crazyflie`` brings ``crazyflie.yaml``),
+    else none (the defaults)."""
+    if params:
+        return list(params), "--params"
+    if overlay is not None:
+        return [overlay], "the shipped model's overlay"
+    return [], "defaults"
+
+
+def filter_summary(files: list[Path], source: str, ekf_config, predictor_config=None) -> dict:
+    """What a report says about one row's filter: its parameter files, why, and the values that differ from the
+    defaults (``filter`` fields of :class:`~velobins_ekf.config.EkfConfig`, ``predictor`` fields of
+    :class:`~velobins_net.inference.PredictorConfig`)."""
+    from velobins_ekf.config import EkfConfig
+
+    def changed(config, default) -> dict:
+        if config is None:
+            return {}
+        new, old = dataclasses.asdict(config), dataclasses.asdict(default)
+        return {k: v for k, v in new.items() if v != old[k]}
+
+    summary = {"params": [str(f) for f in files], "source": source, "filter": changed(ekf_config, EkfConfig())}
+    if predictor_config is not None:
+        from velobins_net.inference import PredictorConfig
+
+        summary["predictor"] = changed(predictor_config, PredictorConfig())
+    return summary
 
 
 def check_fits(model, path: Path, seqs: list[Flight]) -> None:
@@ -190,7 +217,7 @@ def _predictor_defaults():
     return PredictorConfig()
 
 
-def write_report_atomically(records, gts, out_dir: Path, config: dict) -> str:
+def write_report_atomically(records, gts, out_dir: Path, config: dict, filters: dict | None = None) -> str:
     """:func:`~velobins_eval.report.write_report` into a staging directory, then move it into ``out_dir``.
 
     A failure while writing (disk full, Ctrl-C) leaves ``out_dir`` without a partial report; an
@@ -203,7 +230,7 @@ def write_report_atomically(records, gts, out_dir: Path, config: dict) -> str:
 
     staging = temp_path(out_dir / "report")
     try:
-        table = write_report(records, gts, staging, config)
+        table = write_report(records, gts, staging, config, filters=filters)
         for name in EVALUATE_LAYOUT.existing(out_dir):
             remove_path(out_dir / name)
         for entry in sorted(staging.iterdir()):

@@ -1,18 +1,27 @@
-"""Accuracy and consistency metrics of a flight (docs/design.md "Metrics", paper §IV-A).
+"""Accuracy and consistency metrics of a flight (docs/metrics.md, paper §IV-A).
 
-One implementation shared by the offline evaluation and the ROS eval node. Definitions:
+One implementation shared by the offline evaluation, the ROS eval node and ``velobins score``.
+Every metric is sampled at the estimate's stamps (for the filter: its velocity-update stamps, the
+first one a full network window after the start), ground truth interpolated there. Definitions
+(docs/metrics.md states them with the choices the paper leaves open):
 
-* **AVE** [m/s]: mean over samples of the velocity error norm ``‖v̂ − v‖``.
+* **AVE** [m/s]: mean over samples of the velocity error norm ``‖v̂ − v‖`` (world frame for the
+  fused velocity, body frame for the network's).
+* **Body AVE** [m/s]: the same for the fused velocity in the body frame, ``‖R̂ᵀv̂ − Rᵀv‖``: a heading
+  drift turns the world-frame velocity and enlarges the AVE, not this one.
 * **RTE** [m] over ``Δt`` (5 s): for every stamp ``t_i`` with ``t_i + Δt ≤ t_end``, the error of the
   displacement over the next ``Δt``, ``e_i = (p̂(t_i+Δt) − p̂(t_i)) − (p(t_i+Δt) − p(t_i))``, both
   trajectories in the same world frame and linearly interpolated at ``t_i + Δt``;
   ``RTE = √(mean ‖e_i‖²)``. A flight shorter than Δt uses its whole span (one pair), as TLIO does.
 * **ATE** [m]: ``√(mean ‖p̂ − p‖²)`` without alignment (the filter starts from ground truth).
   :func:`ate_aligned` is the labelled variant after a yaw+translation (4-DoF) or SE(3) alignment.
+* **Rotation error** [deg]: RMS over samples of the angle of ``Rᵀ R̂``; **final yaw error** [deg]:
+  ``|wrap(ψ̂ − ψ)|`` at the last sample, ψ the ZYX yaw.
 * **NLL** [nats]: mean over samples *and* axes of the per-axis Gaussian negative log-likelihood
   ``½ log(2π σ²) + ½ e²/σ²`` (only the variances, i.e. the diagonal, are used).
 * **NEES**: ``eᵀ Σ⁻¹ e`` per update (3 dof for velocity); summarised by its median (ideal
-  ``χ²₃`` median 2.366) and the share inside the two-sided 95 % ``χ²₃`` bounds [0.216, 9.348].
+  ``χ²₃`` median 2.366), the share inside the two-sided 95 % ``χ²₃`` bounds [0.216, 9.348] and
+  its mean (ideal 3; heavy tails show here first).
 """
 
 from __future__ import annotations
@@ -43,7 +52,9 @@ RTE_DELTA = 5.0
 
 
 def _as(name: str, a: np.ndarray, shape_tail: tuple[int, ...]) -> np.ndarray:
-    arr = np.asarray(a, dtype=np.float64)
+    # contiguous: the same numbers give the same result bit for bit whatever view they come in
+    # (an SVD of a strided column block of a CSV read back can differ in the last bit)
+    arr = np.ascontiguousarray(a, dtype=np.float64)
     if arr.ndim != 1 + len(shape_tail) or arr.shape[1:] != shape_tail:
         raise ValueError(f"metrics: '{name}' must have shape (N, {', '.join(map(str, shape_tail))}), got {arr.shape}")
     return arr
@@ -126,6 +137,41 @@ def ate_aligned(p_est: np.ndarray, p_gt: np.ndarray, mode: Literal["yaw", "se3"]
     return ate(np.asarray(p_est) @ rot.T + trans, p_gt)
 
 
+# ---------------------------------------------------------------------------------- orientation
+def rotation_errors(q_est: np.ndarray, q_gt: np.ndarray) -> np.ndarray:
+    """(N,) angle [rad] of ``Rᵀ R̂`` for (N, 4) body->world quaternions (x, y, z, w) of estimate and truth."""
+    q_est, q_gt = _as("q_est", q_est, (4,)), _as("q_gt", q_gt, (4,))
+    _same_length(q_est=q_est, q_gt=q_gt)
+    return (Rotation.from_quat(q_gt).inv() * Rotation.from_quat(q_est)).magnitude()
+
+
+def yaw_errors(q_est: np.ndarray, q_gt: np.ndarray) -> np.ndarray:
+    """(N,) heading error ``wrap(ψ̂ − ψ)`` [rad] in (−π, π], ψ = ``atan2(R[1,0], R[0,0])`` (ZYX yaw)."""
+    q_est, q_gt = _as("q_est", q_est, (4,)), _as("q_gt", q_gt, (4,))
+    _same_length(q_est=q_est, q_gt=q_gt)
+    r_est, r_gt = Rotation.from_quat(q_est).as_matrix(), Rotation.from_quat(q_gt).as_matrix()
+    d = np.arctan2(r_est[:, 1, 0], r_est[:, 0, 0]) - np.arctan2(r_gt[:, 1, 0], r_gt[:, 0, 0])
+    return np.angle(np.exp(1j * d))
+
+
+def rotation_rms_deg(q_est: np.ndarray, q_gt: np.ndarray) -> float:
+    """RMS rotation error [deg] (:func:`rotation_errors`)."""
+    return float(np.degrees(np.sqrt(np.mean(rotation_errors(q_est, q_gt) ** 2))))
+
+
+def final_yaw_error_deg(q_est: np.ndarray, q_gt: np.ndarray) -> float:
+    """Absolute heading error [deg] at the last sample (:func:`yaw_errors`)."""
+    return float(np.degrees(abs(yaw_errors(q_est[-1:], q_gt[-1:])[0])))
+
+
+def body_ave(v_est_world: np.ndarray, q_est: np.ndarray, v_gt_world: np.ndarray, q_gt: np.ndarray) -> float:
+    """AVE [m/s] of the velocity in each trajectory's own body frame: mean ``‖R̂ᵀv̂ − Rᵀv‖``."""
+    v_est_world, v_gt_world = _as("v_est", v_est_world, (3,)), _as("v_gt", v_gt_world, (3,))
+    est = Rotation.from_quat(_as("q_est", q_est, (4,))).inv().apply(v_est_world)
+    gt = Rotation.from_quat(_as("q_gt", q_gt, (4,))).inv().apply(v_gt_world)
+    return ave(est, gt)
+
+
 # ---------------------------------------------------------------------------------- uncertainty
 @dataclass(frozen=True)
 class NeesSummary:
@@ -193,7 +239,10 @@ def interpolate_ground_truth(
 # ---------------------------------------------------------------------------------- per flight
 @dataclass(frozen=True)
 class FlightMetrics:
-    """The paper's per-flight figures (units in the field docs)."""
+    """The per-flight figures: the paper's seven, then the labelled additions (units in the field docs).
+
+    A figure the estimate has no input for (no network velocity, no covariance, no orientation) is NaN.
+    """
 
     net_ave: float
     """Network AVE [m/s] (body frame, before fusion)."""
@@ -202,17 +251,39 @@ class FlightMetrics:
     ave: float
     """EKF-fused AVE [m/s] (world frame)."""
     rte: float
-    """EKF-fused RTE over 5 s [m]."""
+    """EKF-fused RTE over 5 s [m] (world-frame displacements)."""
     ate: float
-    """EKF-fused ATE [m], no alignment."""
+    """EKF-fused ATE [m], no alignment (the paper's)."""
     nees_median: float
     """Median per-update NEES of the fused velocity (3 dof; ideal 2.366)."""
     nees_in_bounds: float
     """Share of updates whose NEES is inside [0.216, 9.348] (ideal 0.95)."""
+    ate_yaw: float = math.nan
+    """ATE [m] after the best yaw + translation (4-DoF) alignment."""
+    ate_se3: float = math.nan
+    """ATE [m] after the best rotation + translation (SE(3)) alignment."""
+    rot_rms: float = math.nan
+    """RMS rotation error [deg] of the fused attitude."""
+    yaw_final: float = math.nan
+    """Absolute heading (yaw) error [deg] at the last update."""
+    ave_body: float = math.nan
+    """EKF-fused AVE [m/s] in the body frame (free of the heading drift that the world-frame AVE carries)."""
+    nees_mean: float = math.nan
+    """Mean per-update NEES of the fused velocity (ideal 3)."""
 
     def as_dict(self) -> dict[str, float]:
         """Plain dict with the keys above, for reports."""
         return asdict(self)
+
+
+PAPER_KEYS = ("net_ave", "net_nll", "ave", "rte", "ate", "nees_median", "nees_in_bounds")
+"""The paper's seven figures (the columns of every earlier report, in order)."""
+EXTRA_KEYS = ("ate_yaw", "ate_se3", "rot_rms", "yaw_final", "ave_body", "nees_mean")
+"""The labelled additions: aligned ATEs, orientation, body-frame velocity error, NEES mean."""
+
+
+def _finite(*arrays: np.ndarray | None) -> bool:
+    return all(a is not None and bool(np.all(np.isfinite(np.asarray(a, dtype=np.float64)))) for a in arrays)
 
 
 def flight_metrics(
@@ -223,26 +294,42 @@ def flight_metrics(
     v_fused_world: np.ndarray,
     v_fused_cov_world: np.ndarray,
     rte_delta: float = RTE_DELTA,
+    q_fused: np.ndarray | None = None,
 ) -> FlightMetrics:
     """All figures of one flight from arrays sampled at the same stamps ``gt.t`` (the updates).
 
     Args:
         gt: ground truth at the update stamps (:func:`interpolate_ground_truth`).
         v_net_body, var_net_body: (N, 3) network velocity [m/s] and variances (or (N, 3, 3)), body frame;
-            all NaN for a method whose network gives no body velocity (TLIO, EqNIO, IMO: displacements),
-            whose net columns are then NaN.
-        p_fused, v_fused_world: (N, 3) fused position [m] and world velocity [m/s] after each update.
-        v_fused_cov_world: (N, 3, 3) covariance of the fused world velocity (NEES).
+            all NaN for a method whose network gives no body velocity (TLIO, EqNIO, IMO: displacements;
+            IMU-only; a scored trajectory), whose net columns are then NaN.
+        p_fused: (N, 3) fused position [m] after each update (must be finite).
+        v_fused_world: (N, 3) fused world velocity [m/s] (NaN: no velocity columns).
+        v_fused_cov_world: (N, 3, 3) covariance of the fused world velocity (NaN: no NEES columns).
+        q_fused: (N, 4) fused body->world quaternion (x, y, z, w); None or NaN: no orientation columns.
     """
-    gt_vb = gt.body_velocity
-    summary = nees_summary(nees(np.asarray(v_fused_world) - gt.v, v_fused_cov_world))
-    no_net = bool(np.isnan(np.asarray(v_net_body, dtype=np.float64)).all())
+    p_fused = _as("p_fused", p_fused, (3,))
+    if not _finite(p_fused):
+        raise ValueError("metrics.flight_metrics: 'p_fused' must be finite")
+    nan = math.nan
+    has_net = _finite(v_net_body, var_net_body)
+    has_vel = _finite(v_fused_world)
+    has_cov = has_vel and _finite(v_fused_cov_world)
+    has_rot = q_fused is not None and _finite(q_fused)
+    summary = nees_summary(nees(np.asarray(v_fused_world) - gt.v, v_fused_cov_world)) if has_cov else None
+    gt_vb = gt.body_velocity if has_net else None
     return FlightMetrics(
-        net_ave=math.nan if no_net else ave(v_net_body, gt_vb),
-        net_nll=math.nan if no_net else gaussian_nll(v_net_body, var_net_body, gt_vb),
-        ave=ave(v_fused_world, gt.v),
+        net_ave=ave(v_net_body, gt_vb) if has_net else nan,
+        net_nll=gaussian_nll(v_net_body, var_net_body, gt_vb) if has_net else nan,
+        ave=ave(v_fused_world, gt.v) if has_vel else nan,
         rte=rte(gt.t, p_fused, gt.p, rte_delta),
         ate=ate(p_fused, gt.p),
-        nees_median=summary.median,
-        nees_in_bounds=summary.in_bounds,
+        nees_median=summary.median if summary else nan,
+        nees_in_bounds=summary.in_bounds if summary else nan,
+        ate_yaw=ate_aligned(p_fused, gt.p, "yaw"),
+        ate_se3=ate_aligned(p_fused, gt.p, "se3"),
+        rot_rms=rotation_rms_deg(q_fused, gt.q) if has_rot else nan,
+        yaw_final=final_yaw_error_deg(q_fused, gt.q) if has_rot else nan,
+        ave_body=body_ave(v_fused_world, q_fused, gt.v, gt.q) if has_vel and has_rot else nan,
+        nees_mean=summary.mean if summary else nan,
     )

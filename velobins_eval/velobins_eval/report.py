@@ -1,14 +1,20 @@
-"""Evaluation reports: ``metrics.json``, ``metrics.md`` and PNG plots, from flight records.
+"""Evaluation reports from flight records: tables, ``metrics.json``, ``report.md``, ``report.html``, plots, estimates.
 
-Used by ``velobins evaluate``, the eval node and the demo, so every report has the same layout:
+Used by ``velobins evaluate``, ``velobins score``, the eval node and the demo, so every report has the same
+layout (docs/metrics.md):
 
-* ``metrics.json``: ``{method: {"aggregate": {...}, "flights": {flight: {...}}}}`` with the keys
-  ``net_ave, net_nll, ave, rte, ate, nees_median, nees_in_bounds`` (units in
+* ``metrics.json``: ``{method: {"aggregate": {...}, "flights": {flight: {...}}}}`` with the paper's keys
+  ``net_ave, net_nll, ave, rte, ate, nees_median, nees_in_bounds`` then the labelled additions
+  ``ate_yaw, ate_se3, rot_rms, yaw_final, ave_body, nees_mean`` (units in
   :class:`velobins_eval.metrics.FlightMetrics`); NaN (no such output) is written as ``null``;
-* ``metrics.md``: one table, methods as rows, the aggregate (mean over flights), best per column
-  in bold;
-* ``plots/<flight>.png``: top view and altitude of every method against ground truth, network
-  velocity error with its ±2σ band, and the per-update NEES against the χ²(3) bounds.
+* ``metrics.md``: the paper's table (methods as rows, the aggregate, best per column in bold), then
+  the table of the additions;
+* ``report.md``: both tables, a per-flight table, the filter parameters each row used, the files;
+* ``report.html``: the interactive page of :mod:`velobins_eval.report_html`;
+* ``plots/<flight>.png`` (150 dpi) and ``.svg``: top view and altitude of every method against ground
+  truth, network velocity error with its ±2σ band, and the per-update NEES against the χ²(3) bounds;
+* ``estimates/<flight>/<method>/``: TUM trajectories, ``updates.csv`` and the MCAP recording
+  (:func:`velobins_eval.estimates.write_flight_estimates`).
 
 The pieces are shared with ``velobins reproduce`` (:mod:`velobins_eval.reproduce`), whose tables,
 ``metrics.json`` and figures use the same cell format, best-per-column rule, JSON writer and
@@ -28,11 +34,15 @@ import numpy as np
 from velobins_common.outputs import atomic_path, atomic_write_text
 
 from . import metrics
-from .scoring import KEYS, aggregate, score
+from .scoring import ALL_KEYS, EXTRA_KEYS, KEYS, aggregate, score
 
 __all__ = [
+    "ALL_KEYS",
+    "EXTRA_KEYS",
+    "EXTRA_TABLE_KEYS",
     "HEADERS",
     "KEYS",
+    "PER_FLIGHT_TABLE_KEYS",
     "aggregate",
     "best_label",
     "format_value",
@@ -57,8 +67,32 @@ HEADERS = {
     "ate": "ATE [m]",
     "nees_median": "NEES median",
     "nees_in_bounds": "NEES in 95 % bounds",
+    "ate_yaw": "ATE yaw-aligned [m]",
+    "ate_se3": "ATE SE(3)-aligned [m]",
+    "rot_rms": "rot. RMS [°]",
+    "yaw_final": "final yaw err. [°]",
+    "ave_body": "AVE body [m/s]",
+    "nees_mean": "NEES mean",
 }
-"""Column titles of the Markdown table."""
+"""Column titles of the Markdown and HTML tables."""
+
+EXTRA_TABLE_KEYS = ("ate", "ate_yaw", "ate_se3", "rot_rms", "yaw_final", "ave", "ave_body", "nees_median", "nees_mean")
+"""Columns of the second table: ATE beside its aligned variants, orientation, AVE beside the body-frame AVE,
+the NEES median beside its mean."""
+PER_FLIGHT_TABLE_KEYS = (
+    "ave",
+    "ave_body",
+    "rte",
+    "ate",
+    "ate_yaw",
+    "ate_se3",
+    "rot_rms",
+    "yaw_final",
+    "nees_median",
+    "nees_mean",
+    "nees_in_bounds",
+)
+"""Columns of the per-flight tables (fused figures; the network's are in the aggregate table)."""
 
 Cells = tuple[Mapping[str, float], Mapping[str, float] | None]
 """One table row: its values and their standard deviations over seeds (None: no ± shown)."""
@@ -102,15 +136,16 @@ def format_value(key: str, value: float, std: float | None = None, digits: int =
 
 
 def best_label(values: Mapping[str, float], key: str) -> str | None:
-    """Best row of one column (NEES median: closest to the ideal in log ratio; in-bounds: highest; else lowest).
+    """Best row of one column (NEES median / mean: closest to the ideal in log ratio; in-bounds: highest; else lowest).
 
     None when fewer than two rows have a finite value (nothing to compare).
     """
     scored = {m: v for m, v in values.items() if math.isfinite(v)}
     if len(scored) < 2:
         return None
-    if key == "nees_median":
-        return min(scored, key=lambda m: abs(math.log(max(scored[m], 1e-12) / metrics.NEES_IDEAL_MEDIAN)))
+    if key in ("nees_median", "nees_mean"):
+        ideal = metrics.NEES_IDEAL_MEDIAN if key == "nees_median" else float(metrics.NEES_DOF)
+        return min(scored, key=lambda m: abs(math.log(max(scored[m], 1e-12) / ideal)))
     if key == "nees_in_bounds":
         return max(scored, key=scored.get)
     return min(scored, key=scored.get)
@@ -140,14 +175,68 @@ def render_table(
 
 
 def markdown_table(aggregates: dict[str, dict[str, float]], flights: int) -> str:
-    """``metrics.md``: methods as rows, aggregate metrics as columns, best per column in bold, and a footnote."""
-    table = render_table({m: (agg, None) for m, agg in aggregates.items()}, KEYS)
-    return (
+    """``metrics.md``: the paper's table (methods as rows, aggregate metrics as columns, best per column in bold)
+    and its footnote, then the table of the labelled additions (when the rows have them)."""
+    table = render_table(_cells(aggregates), KEYS)
+    text = (
         table + "\n\n"
         f"Mean over {flights} flight(s). AVE/RTE/ATE are EKF-fused (filter started from ground truth, no "
         f"alignment); net columns are the network alone; NEES is per update, 3 dof (ideal median "
         f"{metrics.NEES_IDEAL_MEDIAN:.3f}, bounds [{metrics.NEES_BOUNDS[0]:.3f}, {metrics.NEES_BOUNDS[1]:.3f}])."
     )
+    if all(all(k in agg for k in EXTRA_TABLE_KEYS) for agg in aggregates.values()):
+        text += "\n\n" + extra_table(aggregates)
+    return text
+
+
+def _cells(aggregates: Mapping[str, Mapping[str, float]]) -> dict[str, Cells]:
+    return {m: (agg, None) for m, agg in aggregates.items()}
+
+
+def extra_table(aggregates: Mapping[str, Mapping[str, float]]) -> str:
+    """The labelled additions beside the paper's ATE, AVE and NEES median, with their footnote."""
+    return (
+        render_table(_cells(aggregates), EXTRA_TABLE_KEYS)
+        + "\n\nATE yaw-aligned / SE(3)-aligned: after the best yaw + translation (4-DoF) / rotation + translation "
+        "fit of the whole trajectory; rot. RMS: RMS angle of the attitude error; final yaw err.: heading error at "
+        "the last update; AVE body: fused velocity error in the body frame (no heading drift); NEES mean: ideal 3 "
+        "(docs/metrics.md)."
+    )
+
+
+def per_flight_table(doc: Mapping[str, Mapping[str, Any]], flights: list[str], keys=PER_FLIGHT_TABLE_KEYS) -> str:
+    """Markdown table of ``keys`` per flight and method from a ``metrics.json`` document (best per flight in bold)."""
+    lines = [
+        "| flight | method | " + " | ".join(HEADERS[k] for k in keys) + " |",
+        "|---|---|" + "---|" * len(keys),
+    ]
+    for flight in flights:
+        values = {
+            m: {k: _nan(d["flights"][flight].get(k)) for k in keys} for m, d in doc.items() if flight in d["flights"]
+        }
+        best = {k: best_label({m: v[k] for m, v in values.items()}, k) for k in keys}
+        for method, v in values.items():
+            cells = [format_value(k, v[k]) for k in keys]
+            cells = [f"**{c}**" if best[k] == method else c for k, c in zip(keys, cells, strict=True)]
+            lines.append(f"| {flight} | {method} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _nan(x: float | None) -> float:
+    return math.nan if x is None else float(x)
+
+
+def filters_markdown(filters: Mapping[str, Mapping[str, Any]]) -> str:
+    """One line per row: the parameter files it loaded and the filter / predictor values that differ from the
+    defaults (``filters[method]`` as :func:`velobins_eval.evaluate.filter_summary` gives it)."""
+    lines = []
+    for method, f in filters.items():
+        files = ", ".join(f"`{p}`" for p in f.get("params", [])) or "none (defaults)"
+        changed = {**f.get("filter", {}), **{f"predictor.{k}": v for k, v in f.get("predictor", {}).items()}}
+        values = ", ".join(f"{k} {v}" for k, v in changed.items()) or "all defaults"
+        source = f" ({f['source']})" if f.get("source") else ""
+        lines.append(f"- **{method}**: parameter files {files}{source}; differs from the defaults: {values}")
+    return "\n".join(lines)
 
 
 def write_report(
@@ -156,18 +245,60 @@ def write_report(
     out_dir: str | Path,
     config: dict[str, Any] | None = None,
     plots: bool = True,
+    filters: Mapping[str, Mapping[str, Any]] | None = None,
+    title: str = "VeloBins evaluation",
+    estimates: bool = True,
+    html_page: bool = True,
 ) -> str:
-    """Score ``records[method][flight]`` against ``gts[flight]``; write JSON, Markdown, plots; return the table."""
+    """Score ``records[method][flight]`` against ``gts[flight]``; write every file of the module docstring.
+
+    ``filters`` says which filter parameters each row used (report.md, report.html, config.json);
+    ``estimates`` writes the per-flight files, ``html_page`` the interactive page. Returns ``metrics.md``'s text.
+    """
+    from .estimates import ESTIMATES_DIR, write_estimates
+
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     scored = {m: {f: score(r, gts[f]) for f, r in recs.items()} for m, recs in records.items()}
     aggregates = {m: aggregate(per) for m, per in scored.items()}
-    write_metrics_json(out_dir / "metrics.json", {m: metrics_entry(aggregates[m], per) for m, per in scored.items()})
+    doc = {m: metrics_entry(aggregates[m], per) for m, per in scored.items()}
+    write_metrics_json(out_dir / "metrics.json", doc)
+    index = write_estimates(out_dir, records, gts) if estimates else {}
     if config is not None:
-        atomic_write_text(out_dir / "config.json", json.dumps(config, indent=1, default=str))
-    flights = len(gts)
-    table = markdown_table(aggregates, flights)
+        extra = {"filters": dict(filters)} if filters else {}
+        extra |= {"estimates": index} if index else {}
+        atomic_write_text(out_dir / "config.json", json.dumps(config | extra, indent=1, default=str))
+    flights = list(gts)
+    table = markdown_table(aggregates, len(flights))
     atomic_write_text(out_dir / "metrics.md", table + "\n")
+    notes = [
+        f"{len(flights)} flight(s): {', '.join(flights)}. Fused figures: filter started from ground truth, sampled "
+        "at the velocity-update stamps (docs/metrics.md)."
+    ]
+    sections = [f"# {title}", notes[0], "## Mean over flights", table, "## Per flight", per_flight_table(doc, flights)]
+    if filters:
+        sections += ["## Filter parameters per row", filters_markdown(filters)]
+        notes.append(
+            "Filter parameters per row: "
+            + "; ".join(
+                f"{m}: {', '.join(Path(p).name for p in f.get('params', [])) or 'defaults'}" for m, f in filters.items()
+            )
+        )
+    files = ["`metrics.json`, `metrics.md`, `report.html`" if html_page else "`metrics.json`, `metrics.md`"]
+    if plots:
+        files.append("`plots/<flight>.png` and `.svg`")
+    if index:
+        files.append(
+            f"`{ESTIMATES_DIR}/<flight>/<method>/`: `estimate.tum`, `ground_truth.tum` (TUM, at the update stamps), "
+            "`updates.csv` (per-update record), `recording/` (MCAP: fused odometry, network twist, ground truth, "
+            "NEES); e.g. `evo_ape tum ground_truth.tum estimate.tum` gives the ATE column"
+        )
+    sections += ["## Files", "\n".join(f"- {f}" for f in files)]
+    atomic_write_text(out_dir / "report.md", "\n\n".join(sections) + "\n")
+    if html_page:
+        from .report_html import write_html
+
+        write_html(out_dir / "report.html", records, gts, scored, aggregates, title, notes)
     if plots:
         for flight in gts:
             plot_flight(
@@ -191,14 +322,17 @@ def pyplot() -> Any:
     return plt
 
 
-def save_figure(fig: Any, path: Path, dpi: int) -> None:
-    """Write ``fig`` as PNG to ``path`` atomically and close it (also when the write fails)."""
+def save_figure(fig: Any, path: Path, dpi: int, vector: bool = False) -> None:
+    """Write ``fig`` as PNG to ``path`` atomically (and an SVG beside it when ``vector``); always close it."""
     import matplotlib.pyplot as plt
 
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with atomic_path(path) as tmp:
             fig.savefig(tmp, format="png", dpi=dpi)
+        if vector:
+            with atomic_path(path.with_suffix(".svg")) as tmp:
+                fig.savefig(tmp, format="svg")
     finally:
         plt.close(fig)
 
@@ -254,4 +388,8 @@ def plot_flight(records: dict[str, Any], gt, path: Path) -> None:
             a.legend(fontsize=7)
     fig.suptitle(path.stem)
     fig.tight_layout()
-    save_figure(fig, path, dpi=90)
+    save_figure(fig, path, dpi=PLOT_DPI, vector=True)
+
+
+PLOT_DPI = 150
+"""Resolution of the report's PNG plots (an SVG is written beside each)."""

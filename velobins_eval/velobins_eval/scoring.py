@@ -9,14 +9,15 @@ The one place a :class:`FlightRecord` becomes numbers (paper §IV-A, metrics of
   :mod:`velobins_eval.reproduce` (the paper's tables).
 
 :func:`score` gives one flight's :class:`~velobins_eval.metrics.FlightMetrics`; :func:`aggregate`
-averages them over flights (the ``aggregate`` of every report), keyed by :data:`KEYS`.
+averages them over flights (the ``aggregate`` of every report), keyed by :data:`ALL_KEYS`: the paper's
+:data:`KEYS` then the labelled additions (aligned ATEs, orientation, body-frame AVE, NEES mean).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -24,8 +25,12 @@ from velobins_data.flight import Flight
 
 from . import metrics
 
-KEYS = tuple(f.name for f in fields(metrics.FlightMetrics))
-"""Metric names of every report, in column order (``net_ave, net_nll, ave, rte, ate, nees_median, nees_in_bounds``)."""
+KEYS = metrics.PAPER_KEYS
+"""The paper's metric names, in column order (``net_ave, net_nll, ave, rte, ate, nees_median, nees_in_bounds``)."""
+EXTRA_KEYS = metrics.EXTRA_KEYS
+"""The labelled additions (``ate_yaw, ate_se3, rot_rms, yaw_final, ave_body, nees_mean``)."""
+ALL_KEYS = KEYS + EXTRA_KEYS
+"""Every field of :class:`~velobins_eval.metrics.FlightMetrics`: the keys of ``metrics.json``."""
 
 
 @dataclass
@@ -38,9 +43,11 @@ class FlightRecord:
         t: (U,) update stamps [s].
         v_net, var_net: (U, 3) network body velocity [m/s] and variances [m²/s²] (NaN for imu-only).
         p_fused: (U, 3) fused world position right after each update [m].
-        v_fused: (U, 3) fused world velocity right after each update [m/s].
+        v_fused: (U, 3) fused world velocity right after each update [m/s] (NaN: a trajectory without one).
         cov_fused: (U, 3, 3) covariance of ``v_fused`` (NaN for imu-only).
-        t_traj, p_traj: the fused trajectory at full rate, for plots.
+        t_traj, p_traj: the fused trajectory at full rate, for plots and recordings.
+        q_fused: (U, 4) fused body->world quaternion (x, y, z, w) right after each update (None: unknown).
+        q_traj, v_traj: (T, 4) orientation and (T, 3) world velocity of the full-rate trajectory (None: unknown).
     """
 
     flight: str
@@ -53,6 +60,9 @@ class FlightRecord:
     cov_fused: np.ndarray
     t_traj: np.ndarray
     p_traj: np.ndarray
+    q_fused: np.ndarray | None = None
+    q_traj: np.ndarray | None = None
+    v_traj: np.ndarray | None = None
 
 
 @dataclass
@@ -75,21 +85,23 @@ class GroundTruth:
 
 
 def score(record: FlightRecord, gt: GroundTruth) -> metrics.FlightMetrics:
-    """Paper metrics of one record against ground truth (NaN where a method has no such output)."""
-    at = gt.at(record.t)
-    if np.all(np.isfinite(record.cov_fused)):
-        return metrics.flight_metrics(
-            at, record.v_net, record.var_net, record.p_fused, record.v_fused, record.cov_fused
-        )
-    return metrics.FlightMetrics(
-        net_ave=math.nan,
-        net_nll=math.nan,
-        ave=metrics.ave(record.v_fused, at.v),
-        rte=metrics.rte(at.t, record.p_fused, at.p),
-        ate=metrics.ate(record.p_fused, at.p),
-        nees_median=math.nan,
-        nees_in_bounds=math.nan,
+    """Every metric of one record against ground truth (NaN where a method has no such output)."""
+    return metrics.flight_metrics(
+        gt.at(record.t),
+        record.v_net,
+        record.var_net,
+        record.p_fused,
+        record.v_fused,
+        record.cov_fused,
+        q_fused=record.q_fused,
     )
+
+
+def nees_series(record: FlightRecord, at: metrics.GroundTruthAt) -> np.ndarray:
+    """(U,) per-update NEES of the fused velocity against ground truth ``at`` its stamps (NaN without a covariance)."""
+    if not (np.all(np.isfinite(record.cov_fused)) and np.all(np.isfinite(record.v_fused))):
+        return np.full(record.t.size, np.nan)
+    return metrics.nees(record.v_fused - at.v, record.cov_fused)
 
 
 def nanmean(values: Iterable[float]) -> float:
@@ -100,4 +112,4 @@ def nanmean(values: Iterable[float]) -> float:
 
 def aggregate(per_flight: dict[str, metrics.FlightMetrics]) -> dict[str, float]:
     """Mean over flights of each metric (NaN-aware; NaN when no flight has it)."""
-    return {key: nanmean(getattr(m, key) for m in per_flight.values()) for key in KEYS}
+    return {key: nanmean(getattr(m, key) for m in per_flight.values()) for key in ALL_KEYS}

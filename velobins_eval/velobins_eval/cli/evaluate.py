@@ -11,8 +11,10 @@ from velobins_common.outputs import open_run_dir, output_mode
 from velobins_eval.evaluate import (
     EVALUATE_LAYOUT,
     evaluate_checkpoint,
+    filter_summary,
     imu_only_flight,
     load_ekf_config,
+    model_params,
     write_report_atomically,
 )
 from velobins_eval.scoring import FlightRecord, GroundTruth
@@ -30,15 +32,19 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         required=True,
         type=Path,
-        help="checkpoint file or shipped model name, e.g. crazyflie (repeatable; a shipped model's EKF overlay "
-        "is velobins_net/velobins_net/models/NAME.yaml, pass it with --params)",
+        help="checkpoint file or shipped model name, e.g. crazyflie (repeatable); a shipped model brings its EKF "
+        "overlay (velobins_net/velobins_net/models/NAME.yaml) unless --params is given",
     )
     add_flights_options(parser)
     parser.add_argument("--out", required=True, type=Path, help="report directory")
     parser.add_argument("--overwrite", action="store_true", help="replace the report already in --out")
     parser.add_argument("--no-imu-only", action="store_true", help="skip the IMU-integration baseline")
     add_threads_option(parser)
-    add_params_option(parser, "its velobins_ekf filter and velobins_net predictor entries apply")
+    add_params_option(
+        parser,
+        "its velobins_ekf filter and velobins_net predictor entries apply to every checkpoint, instead of a "
+        "shipped model's own overlay",
+    )
     add_allow_option(parser, "score flights that fail this plausibility check; recorded in config.json")
     parser.add_argument(
         "--cache-dir", type=Path, help="keep parsed flights here (npz) and reuse them while the files are unchanged"
@@ -55,13 +61,16 @@ def main_evaluate(argv: list[str] | None = None) -> int:
     from velobins_data.datasets import load_flights
     from velobins_net.checkpoint import read_checkpoint
     from velobins_net.inference import load_predictor_config
-    from velobins_net.pretrained import resolve_checkpoint
+    from velobins_net.pretrained import resolve_model
 
-    args.checkpoint = [resolve_checkpoint(c) for c in args.checkpoint]  # shipped names (crazyflie) or paths
+    models = [(str(c), resolve_model(c)) for c in args.checkpoint]  # shipped names (crazyflie) or paths
+    args.checkpoint = [m.checkpoint for _, m in models]
     for ckpt in args.checkpoint:
         read_checkpoint(ckpt)  # a missing or foreign checkpoint fails before any work
-    ekf_config = load_ekf_config(args.params)
-    predictor_config = load_predictor_config(args.params)  # the node's predictor.* from the same files
+    configs = []  # per checkpoint: (files, why, filter config, predictor config), every file read before any work
+    for _, m in models:
+        files, why = model_params(m.overlay, args.params)
+        configs.append((files, why, load_ekf_config(files), load_predictor_config(files)))
     # --overwrite keeps the earlier report until the new one is complete (write_report_atomically
     # replaces it then), so a failed evaluation loses nothing: lock the directory without clearing it.
     mode = "resume" if args.overwrite else output_mode()
@@ -72,23 +81,31 @@ def main_evaluate(argv: list[str] | None = None) -> int:
             print(f"skipped {item.path}: {item.reason}", file=sys.stderr)
         flights = list(loaded.sequences)
         all_records: dict[str, dict[str, FlightRecord]] = {}
-        for ckpt in args.checkpoint:
-            label, records = evaluate_checkpoint(ckpt, flights, ekf_config, predictor_config=predictor_config)
+        filters: dict[str, dict] = {}
+        for (name, m), (files, why, ekf_config, predictor_config) in zip(models, configs, strict=True):
+            label, records = evaluate_checkpoint(m.checkpoint, flights, ekf_config, predictor_config=predictor_config)
+            if label in all_records:  # two checkpoints of one variant: tell them apart by what was given
+                label = f"{label} ({Path(name).stem if Path(name).suffix else name})"
+            if label in all_records:
+                raise ValueError(f"--checkpoint {name}: given twice")
             all_records[label] = records
+            filters[label] = filter_summary(files, why, ekf_config, predictor_config)
         if not args.no_imu_only:
-            first = next(iter(all_records.values()))
+            first_label, first = next(iter(all_records.items()))
+            files, why, ekf_config, _ = configs[0]
             all_records["imu-only"] = {s.name: imu_only_flight(s, first[s.name].t, ekf_config) for s in flights}
+            filters["imu-only"] = filter_summary(files, f"{why} of {first_label}; no updates", ekf_config)
         gts = {s.name: GroundTruth.of(s) for s in flights}
         config = {
             "dataset": args.dataset,
             "data": str(args.data),
             "checkpoints": [str(c) for c in args.checkpoint],
             "params": [str(p) for p in args.params],
-            "predictor": dataclasses.asdict(predictor_config),
+            "predictor": dataclasses.asdict(configs[0][3]),
             "allowed_checks": list(args.allow),
             "skipped_flights": [{"path": str(i.path), "reason": i.reason} for i in loaded.skipped],
         }
-        table = write_report_atomically(all_records, gts, args.out, config)
+        table = write_report_atomically(all_records, gts, args.out, config, filters)
     print(table)
     if loaded.skipped:
         print(f"{len(loaded.skipped)} flight(s) skipped (listed above and in config.json)")
