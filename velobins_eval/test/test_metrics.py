@@ -179,7 +179,7 @@ def test_body_ave_is_blind_to_a_heading_error_that_the_world_ave_sees() -> None:
     assert fm.ate == 0.0 and fm.ate_yaw == pytest.approx(0.0, abs=1e-9) and fm.ate_se3 == pytest.approx(0.0, abs=1e-9)
     # a trajectory rotated about z by 0.5 rad and shifted: unaligned ATE large, yaw-aligned ATE zero
     rot = Rotation.from_euler("z", 0.5)
-    fr = m.flight_metrics(gt, v_body, np.ones((t.size, 3)), rot.apply(gt.p) + [1.0, 2.0, 0.0], v_est, cov)
+    fr = m.flight_metrics(gt, v_body, np.ones((t.size, 3)), rot.apply(gt.p) + np.array([1.0, 2.0, 0.0]), v_est, cov)
     assert fr.ate > 1.0 and fr.ate_yaw == pytest.approx(0.0, abs=1e-9) and fr.ate_se3 == pytest.approx(0.0, abs=1e-9)
     # no covariance: the NEES columns are NaN, the others stay
     fn = m.flight_metrics(gt, v_body, np.ones((t.size, 3)), gt.p, v_est, np.full_like(cov, np.nan))
