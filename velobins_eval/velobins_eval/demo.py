@@ -11,8 +11,9 @@ By default (no downloads, no training):
    ``velobins.yaml`` and ``evaluation.yaml`` plus the model's overlay, as ``params_file:=``);
 3. write the comparison of VeloBins, regression and IMU-only integration (the same EKF with the
    same overlay and no updates, offline): ``report.md`` with the aggregate and a per-flight table,
-   ``metrics.json``, and plots (trajectories, velocity error with ±2σ, NEES) under ``offline/plots``
-   and each graph run's folder.
+   ``report.html`` (interactive, :mod:`velobins_eval.report_html`), ``metrics.json``; under ``offline/``
+   and each graph run's folder the full report of :mod:`velobins_eval.report`: plots, and per flight
+   and method the TUM trajectories, ``updates.csv`` and the MCAP recording (``estimates/``).
 
 ``--simulated`` runs the earlier main job instead: simulate flights, train both models on them
 (:mod:`velobins_eval.demo_sim`), then steps 2-3 on the held-out simulated flights.
@@ -36,7 +37,7 @@ from . import metrics, report
 
 LAYOUT = RunLayout(
     "demo",
-    ("flights", "train", "bags", "graph", "offline", "metrics.json", "config.json", "report.md"),
+    ("flights", "train", "bags", "graph", "offline", "metrics.json", "config.json", "report.md", "report.html"),
     resumable=False,
 )
 """Every entry ``velobins demo`` writes in ``--out`` (what ``--overwrite`` removes)."""
@@ -46,9 +47,6 @@ DEMO_DATA = Path(__file__).resolve().parent / "demo_data" / "nanobench"
 
 SHIPPED = ("crazyflie", "crazyflie-reg")
 """Models the default demo replays (names of :func:`velobins_net.pretrained.resolve_model`)."""
-
-PER_FLIGHT_KEYS = ("ave", "rte", "ate", "nees_median", "nees_in_bounds")
-"""Columns of the per-flight table."""
 
 
 def _step(title: str) -> float:
@@ -91,10 +89,10 @@ def run_demo(args: argparse.Namespace, out: Path, models: dict) -> int:
         what = f"{len(seqs)} held-out real flights ({args.dataset}: {', '.join(s.name for s in seqs)})"
     step = "4/5" if args.simulated else "2/3"
     t = _step(f"{step} flights -> rosbag2 -> node graph at {args.rate:g}x (network, EKF, eval nodes)")
-    graph_metrics, offline_records, imu_config = replay(seqs, models, out, args.rate, args.skip_graph)
+    graph_metrics, offline_records, imu_config, filters = replay(seqs, models, out, args.rate, args.skip_graph)
     timings["graph"] = time.monotonic() - t
     t = _step("5/5 report" if args.simulated else "3/3 report")
-    text = finish(args, out, seqs, graph_metrics, offline_records, imu_config, timings, what)
+    text = finish(args, out, seqs, graph_metrics, offline_records, imu_config, timings, what, filters)
     timings["report"] = time.monotonic() - t
     timings["total"] = time.monotonic() - wall0
     config = {
@@ -109,28 +107,32 @@ def run_demo(args: argparse.Namespace, out: Path, models: dict) -> int:
     return 0
 
 
-def replay(seqs: list, models: dict, out: Path, rate: float, skip_graph: bool) -> tuple[dict, dict, object]:
+def replay(seqs: list, models: dict, out: Path, rate: float, skip_graph: bool) -> tuple[dict, dict, object, dict]:
     """Each flight as a bag through the node graph once per model, and offline with the same files.
 
     ``models`` maps a report label to a :class:`~velobins_net.pretrained.ResolvedModel`; its overlay
     (if any) is loaded after the shipped parameter files by the nodes and by the offline scoring.
     Returns (graph metrics ``{label: {flight: metrics}}``, offline records ``{label: {flight:
-    record}}``, the EKF config of the first model for the IMU-only baseline).
+    record}}``, the EKF config of the first model for the IMU-only baseline, the filter parameters of
+    each row for the report).
     """
     from velobins_data.bag import write_bag
     from velobins_net.inference import load_predictor_config
 
-    from .evaluate import evaluate_checkpoint, load_ekf_config
+    from .evaluate import evaluate_checkpoint, filter_summary, load_ekf_config, model_params
     from .graph import run_graph
 
     graph_metrics: dict[str, dict[str, dict[str, float]]] = {label: {} for label in models}
     offline_records: dict[str, dict] = {}
     configs = {}
+    filters = {}
     for label, m in models.items():
-        files = [m.overlay] if m.overlay else None
+        files, why = model_params(m.overlay, [])
         configs[label] = load_ekf_config(files)
+        predictor = load_predictor_config(files)
+        filters[label] = filter_summary(files, why, configs[label], predictor)
         _, offline_records[label] = evaluate_checkpoint(
-            m.checkpoint, seqs, configs[label], progress=False, predictor_config=load_predictor_config(files)
+            m.checkpoint, seqs, configs[label], progress=False, predictor_config=predictor
         )
     for seq in seqs:
         bag_path = out / "bags" / seq.name
@@ -156,7 +158,11 @@ def replay(seqs: list, models: dict, out: Path, rate: float, skip_graph: bool) -
                 f"  {seq.name:22s} {label:6s} graph {run.wall_s:5.1f} s wall, {stats['estimates']} estimates, "
                 f"odometry {stats['odometry_rate_hz']:.1f} Hz, ATE {graph_metrics[label][seq.name]['ate']:.3f} m"
             )
-    return graph_metrics, offline_records, next(iter(configs.values()))
+    first = next(iter(filters))
+    filters["imu-only"] = filter_summary(
+        filters[first]["params"], f"{filters[first]['source']} of {first}; no updates", configs[first]
+    )
+    return graph_metrics, offline_records, configs[first], filters
 
 
 def finish(
@@ -168,14 +174,16 @@ def finish(
     imu_config: object,
     timings: dict[str, float],
     what: str,
+    filters: dict | None = None,
 ) -> str:
-    """Write ``offline/``, ``metrics.json`` and ``report.md``; return the tables printed at the end.
+    """Write ``offline/``, ``metrics.json``, ``report.md`` and ``report.html``; return the tables printed at the end.
 
     The model rows come from the graph runs (offline when ``--skip-graph``); IMU-only is offline,
     with the EKF config of the first model's overlay.
     """
     from .evaluate import imu_only_flight
-    from .scoring import GroundTruth
+    from .report_html import write_html
+    from .scoring import GroundTruth, score
 
     first = next(iter(offline_records.values()))
     offline_records = {
@@ -183,7 +191,9 @@ def finish(
         "imu-only": {s.name: imu_only_flight(s, first[s.name].t, imu_config) for s in seqs},
     }
     gts = {s.name: GroundTruth.of(s) for s in seqs}
-    offline_table = report.write_report(offline_records, gts, out / "offline", {"source": "offline"})
+    offline_table = report.write_report(
+        offline_records, gts, out / "offline", {"source": "offline"}, filters=filters, title="VeloBins demo, offline"
+    )
     doc = json.loads((out / "offline" / "metrics.json").read_text())
     for d in doc.values():
         d["source"] = "offline"
@@ -193,32 +203,23 @@ def finish(
             doc[label] = {"aggregate": report.aggregate(per_flight), "flights": flights, "source": "ros graph"}
     rows = {m: {k: _nan(v) for k, v in d["aggregate"].items()} for m, d in doc.items()}
     table = report.markdown_table(rows, len(seqs))
-    flights_table = per_flight_table(doc, [s.name for s in seqs])
+    flights_table = report.per_flight_table(doc, [s.name for s in seqs])
     source = "offline (--skip-graph)" if args.skip_graph else f"the ROS graph (replay at {args.rate:g}x)"
     atomic_write_text(out / "metrics.json", json.dumps(doc, indent=1))
+    head = f"{what}; VeloBins and reg rows from {source}, imu-only offline (same EKF, no updates)."
+    graph_files = "" if args.skip_graph else " and `graph/<model>/<flight>/` (the eval node's recording of each run)"
+    params = f"\n\n## Filter parameters per row\n\n{report.filters_markdown(filters)}" if filters else ""
     atomic_write_text(
         out / "report.md",
-        f"# VeloBins main job\n\n{what}; VeloBins and reg rows from {source}, imu-only offline (same EKF, "
-        f"no updates).\n\n{table}\n\n## Per flight\n\n{flights_table}\n\n"
-        f"## Offline (same flights, same code paths)\n\n{offline_table}\n",
+        f"# VeloBins main job\n\n{head}\n\n{table}\n\n## Per flight\n\n{flights_table}{params}\n\n"
+        f"## Offline (same flights, same code paths)\n\n{offline_table}\n\n"
+        f"Interactive report: `report.html`. Trajectories (TUM), per-update records (CSV) and MCAP recordings: "
+        f"`offline/estimates/<flight>/<method>/`{graph_files}.\n",
     )
+    scored = {m: {f: score(r, gts[f]) for f, r in recs.items()} for m, recs in offline_records.items()}
+    figures_note = "Figures and per-flight tables: offline (same flights, same code paths)."
+    write_html(out / "report.html", offline_records, gts, scored, rows, "VeloBins main job", [head, figures_note])
     return f"{table}\n\n{flights_table}"
-
-
-def per_flight_table(doc: dict, flights: list[str]) -> str:
-    """Markdown table of the fused metrics per flight and method (best per flight in bold)."""
-    lines = [
-        "| flight | method | " + " | ".join(report.HEADERS[k] for k in PER_FLIGHT_KEYS) + " |",
-        "|---|---|" + "---|" * len(PER_FLIGHT_KEYS),
-    ]
-    for flight in flights:
-        values = {m: {k: _nan(d["flights"][flight].get(k)) for k in PER_FLIGHT_KEYS} for m, d in doc.items()}
-        best = {k: report.best_label({m: v[k] for m, v in values.items()}, k) for k in PER_FLIGHT_KEYS}
-        for method, v in values.items():
-            cells = [report.format_value(k, v[k]) for k in PER_FLIGHT_KEYS]
-            cells = [f"**{c}**" if best[k] == method else c for k, c in zip(PER_FLIGHT_KEYS, cells, strict=True)]
-            lines.append(f"| {flight} | {method} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
 
 
 def _nan(x: float | None) -> float:

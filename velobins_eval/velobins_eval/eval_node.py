@@ -1,10 +1,13 @@
 """The eval node: records a replayed flight's estimates and ground truth, then writes the report.
 
-Subscribes to the network's velocity estimates, the EKF's per-update fused velocity and its
+Subscribes to the network's velocity estimates, the EKF's per-update fused state and its
 odometry, and the ground truth from the bag. When the replay node raises its latched ``finished``
 flag (or the node is shut down), it builds the same :class:`~velobins_eval.evaluate.FlightRecord`
 the offline evaluation builds and scores it with the same code (:mod:`velobins_eval.report`), so
-graph and offline figures agree up to what the graph itself changes (message timing).
+graph and offline figures agree up to what the graph itself changes (message timing). The report
+holds what the graph produced: ``estimates/<flight>/<label>/`` with the TUM trajectories, the
+per-update record and the MCAP recording of the odometry (full rate), the updates, the network's
+twist, the ground truth and the NEES (:mod:`velobins_eval.recording`), beside ``report.html``.
 
 It also republishes the ground truth as a ``nav_msgs/Path`` for RViz.
 """
@@ -39,7 +42,8 @@ class EvalNodeConfig:
     """Parameters of the eval node."""
 
     output_dir: str = "velobins_report"
-    """Directory of metrics.json, metrics.md and plots/."""
+    """Directory of the report: metrics.json, metrics.md, report.md, report.html, plots/ and estimates/ (TUM, CSV,
+    MCAP of the run)."""
     label: str = "velobins"
     """Method name of this run in the report."""
     flight: str = "flight"
@@ -111,13 +115,14 @@ class EvalNode(Node):
         self.net.append([stamp_to_sec(msg.header.stamp), *([math.nan] * 6)])
 
     def on_update(self, msg: Odometry) -> None:
-        v, p = msg.twist.twist.linear, msg.pose.pose.position
+        v, p, q = msg.twist.twist.linear, msg.pose.pose.position, msg.pose.pose.orientation
         cov = np.asarray(msg.twist.covariance).reshape(6, 6)[:3, :3].reshape(-1)
-        self.upd.append([stamp_to_sec(msg.header.stamp), v.x, v.y, v.z, *cov, p.x, p.y, p.z])
+        self.upd.append([stamp_to_sec(msg.header.stamp), v.x, v.y, v.z, *cov, p.x, p.y, p.z, q.x, q.y, q.z, q.w])
 
     def on_odometry(self, msg: Odometry) -> None:
-        p = msg.pose.pose.position
-        self.odom.append([stamp_to_sec(msg.header.stamp), p.x, p.y, p.z])
+        """Full-rate fused state: position, orientation and the body-frame twist (for the recording)."""
+        p, q, v = msg.pose.pose.position, msg.pose.pose.orientation, msg.twist.twist.linear
+        self.odom.append([stamp_to_sec(msg.header.stamp), p.x, p.y, p.z, q.x, q.y, q.z, q.w, v.x, v.y, v.z])
 
     def on_ground_truth(self, msg: Odometry) -> None:
         p, q, v = msg.pose.pose.position, msg.pose.pose.orientation, msg.twist.twist.linear
@@ -160,6 +165,8 @@ class EvalNode(Node):
         keep = (common >= truth.t[0]) & (common <= truth.t[-1])
         i_upd, i_net = i_upd[keep], i_net[keep]
         t = upd[i_upd, 0]
+        q_odom = odom[:, 4:8] / np.linalg.norm(odom[:, 4:8], axis=1, keepdims=True)
+        q_upd = upd[i_upd, 16:20] / np.linalg.norm(upd[i_upd, 16:20], axis=1, keepdims=True)
         record = FlightRecord(
             flight=self.config.flight,
             method=self.config.label,
@@ -171,6 +178,9 @@ class EvalNode(Node):
             cov_fused=upd[i_upd, 4:13].reshape(-1, 3, 3),
             t_traj=odom[:, 0],
             p_traj=odom[:, 1:4],
+            q_fused=q_upd,
+            q_traj=q_odom,
+            v_traj=Rotation.from_quat(q_odom).apply(odom[:, 8:11]),  # twist is in base_link: to the world
         )
         return record, truth
 

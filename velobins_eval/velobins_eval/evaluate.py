@@ -217,7 +217,9 @@ def _predictor_defaults():
     return PredictorConfig()
 
 
-def write_report_atomically(records, gts, out_dir: Path, config: dict, filters: dict | None = None) -> str:
+def write_report_atomically(
+    records, gts, out_dir: Path, config: dict, filters: dict | None = None, mcap: bool = True, title: str | None = None
+) -> str:
     """:func:`~velobins_eval.report.write_report` into a staging directory, then move it into ``out_dir``.
 
     A failure while writing (disk full, Ctrl-C) leaves ``out_dir`` without a partial report; an
@@ -230,7 +232,9 @@ def write_report_atomically(records, gts, out_dir: Path, config: dict, filters: 
 
     staging = temp_path(out_dir / "report")
     try:
-        table = write_report(records, gts, staging, config, filters=filters)
+        table = write_report(
+            records, gts, staging, config, filters=filters, mcap=mcap, title=title or "VeloBins evaluation"
+        )
         for name in EVALUATE_LAYOUT.existing(out_dir):
             remove_path(out_dir / name)
         for entry in sorted(staging.iterdir()):

@@ -249,11 +249,13 @@ def write_report(
     title: str = "VeloBins evaluation",
     estimates: bool = True,
     html_page: bool = True,
+    mcap: bool = True,
 ) -> str:
     """Score ``records[method][flight]`` against ``gts[flight]``; write every file of the module docstring.
 
     ``filters`` says which filter parameters each row used (report.md, report.html, config.json);
-    ``estimates`` writes the per-flight files, ``html_page`` the interactive page. Returns ``metrics.md``'s text.
+    ``estimates`` writes the per-flight files (``mcap``: with the MCAP recording), ``html_page`` the interactive
+    page. Returns ``metrics.md``'s text.
     """
     from .estimates import ESTIMATES_DIR, write_estimates
 
@@ -263,7 +265,7 @@ def write_report(
     aggregates = {m: aggregate(per) for m, per in scored.items()}
     doc = {m: metrics_entry(aggregates[m], per) for m, per in scored.items()}
     write_metrics_json(out_dir / "metrics.json", doc)
-    index = write_estimates(out_dir, records, gts) if estimates else {}
+    index = write_estimates(out_dir, records, gts, mcap) if estimates else {}
     if config is not None:
         extra = {"filters": dict(filters)} if filters else {}
         extra |= {"estimates": index} if index else {}
@@ -290,8 +292,9 @@ def write_report(
     if index:
         files.append(
             f"`{ESTIMATES_DIR}/<flight>/<method>/`: `estimate.tum`, `ground_truth.tum` (TUM, at the update stamps), "
-            "`updates.csv` (per-update record), `recording/` (MCAP: fused odometry, network twist, ground truth, "
-            "NEES); e.g. `evo_ape tum ground_truth.tum estimate.tum` gives the ATE column"
+            "`updates.csv` (per-update record)"
+            + (", `recording/` (MCAP: fused odometry, network twist, ground truth, NEES)" if mcap else "")
+            + "; `evo_ape tum ground_truth.tum estimate.tum` gives the ATE column"
         )
     sections += ["## Files", "\n".join(f"- {f}" for f in files)]
     atomic_write_text(out_dir / "report.md", "\n\n".join(sections) + "\n")

@@ -7,6 +7,7 @@ Subcommands (``velobins <command> --help`` for each):
 * ``convert``   — a flight (any adapter) to a rosbag2 with the VeloBins topics;
 * ``train``     — train a VeloBins variant or the regression baseline;
 * ``evaluate``  — network-only and EKF-fused metrics of checkpoints on a directory of flights;
+* ``score``     — any method's estimate (TUM, CSV, odometry in a bag) against a flight's ground truth, same report;
 * ``export``    — a checkpoint to TorchScript or ONNX, checked against the PyTorch model (parity);
 * ``demo``      — the README's main job: the shipped models on real held-out flights through the ROS graph
   (``--simulated``: simulate and train first).
@@ -40,6 +41,7 @@ DELEGATED = {
     "simulate": (".simulate", "main_simulate", "simulate flights with rotorpy and write them as plain CSV"),
     "train": (".train", "main_train", "train a VeloBins variant or the regression baseline"),
     "evaluate": (".evaluate", "main_evaluate", "evaluate checkpoints (network and EKF-fused) on flights"),
+    "score": (".score", "main_score", "score any estimate (TUM, CSV, bag odometry) against a flight's ground truth"),
     "export": (".export", "main_export", "export a checkpoint to TorchScript or ONNX, with a parity check"),
     "demo": (".demo", "main_demo", "the main job: shipped models on real flights through the ROS graph, report"),
     "reproduce": (".reproduce", "main_reproduce", "train and score every NanoBench table/figure row of the paper"),
