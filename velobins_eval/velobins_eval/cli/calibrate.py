@@ -45,7 +45,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, type=Path, help="overlay YAML to write")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     p.add_argument(
-        "--params", action="append", type=Path, default=[], help="ROS parameter file(s): the start ('before') filter"
+        "--params",
+        action="append",
+        type=Path,
+        default=[],
+        help="ROS parameter file(s): the start ('before') filter and the predictor (default: the overlay of a "
+        "shipped --checkpoint, else the defaults)",
     )
     p.add_argument("--max-flights", type=int, help="use at most N flights, evenly spread over the sorted list")
     p.add_argument("--meas-sigma", type=float, default=0.15, help="std of the synthetic measurement noise [m/s]")
@@ -57,7 +62,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--grid-points", type=int, default=6, help="coarse grid values per density (1: no grid)")
     p.add_argument("--max-evals", type=int, default=60, help="filter evaluations of the refinement, at most")
-    p.add_argument("--checkpoint", type=Path, help="network checkpoint: also fit its variance scale on --heldout")
+    p.add_argument(
+        "--checkpoint",
+        type=Path,
+        help="network checkpoint or shipped model name (crazyflie: brings its overlay unless --params is given): "
+        "also fit its variance scale on --heldout",
+    )
     p.add_argument("--heldout", type=Path, help="held-out flights (never the training ones) for the variance scale")
     p.add_argument("--threads", type=int, default=1, help="torch threads (--checkpoint)")
     add_allow_option(p, "use flights that fail this plausibility check")
@@ -100,11 +110,17 @@ def main_calibrate(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     check_args(args)
     check_out(args.out, args.overwrite)
-    start = load_filter_config(args.params)
     if args.checkpoint is not None:
         from velobins_net.checkpoint import read_checkpoint
+        from velobins_net.pretrained import resolve_model
 
+        resolved = resolve_model(args.checkpoint)  # a shipped name (crazyflie) or a path
+        args.checkpoint = resolved.checkpoint
         read_checkpoint(args.checkpoint)  # a missing or foreign checkpoint fails before any work
+        if not args.params and resolved.overlay is not None:
+            args.params = [resolved.overlay]  # the shipped model's own filter and predictor, unless --params
+            print(f"parameters: {resolved.overlay} (the overlay of the shipped model; --params overrides it)")
+    start = load_filter_config(args.params)
     all_seqs, skipped = load(args, args.data)
     seqs = spread(all_seqs, args.max_flights)
     heldout: list[Flight] = []
@@ -132,7 +148,12 @@ def main_calibrate(argv: list[str] | None = None) -> int:
     table = [
         TABLE_HEADER.format("filter"),
         "|---|---|---|---|---|---|---|",
-        table_row("before" + (" (--params)" if args.params else " (defaults)"), start, fit.start_objective, before),
+        table_row(
+            "before" + (f" ({', '.join(p.name for p in args.params)})" if args.params else " (defaults)"),
+            start,
+            fit.start_objective,
+            before,
+        ),
         table_row("after (fitted)", fit.config, fit.objective, after),
     ]
     fitted = {n: getattr(fit.config, n) for n in fit.names}

@@ -1,4 +1,7 @@
-"""``<out>/<split>/``: ``metrics.json``, ``report.md`` and ``figures/`` of one evaluation split.
+"""``<out>/<split>/``: ``metrics.json``, ``report.md``, ``figures/`` and ``estimates/`` of one evaluation split.
+
+``estimates/<flight>/<method>/`` holds the seed-0 Table I methods' and IMU-only's TUM trajectories,
+``updates.csv`` and MCAP recording (:func:`velobins_eval.estimates.write_flight_estimates`).
 
 ``report.md`` holds Table II, Table III, the bin sweep, the main-table layout by trajectory
 shape, the NEES figure, "Paper vs measured" with its hand-written Discussion (kept across
@@ -14,7 +17,9 @@ from velobins_common.outputs import atomic_write_text
 from velobins_data.datasets.nanobench import TRAJECTORY_SHAPES, trajectory_shape
 
 from .. import metrics
+from ..estimates import write_estimates
 from ..report import KEYS, write_metrics_json
+from ..scoring import GroundTruth
 from .figures import bins_figure, methods_figure, nees_figure, trajectory_figures
 from .paper import differences_paragraph, paper_vs_measured, table1_vs_paper
 from .plan import (
@@ -188,7 +193,7 @@ def write_split(
     flights: dict[str, int],
     tables: tuple[str, ...] = TABLES,
 ) -> None:
-    """``metrics.json``, ``report.md`` and ``figures/`` of one split under ``out_dir`` (each file atomically).
+    """``metrics.json``, ``report.md``, ``figures/`` and ``estimates/`` of one split under ``out_dir`` (atomically).
 
     A hand-written Discussion in an existing report.md is kept (:func:`keep_discussion`).
     """
@@ -202,6 +207,8 @@ def write_split(
     if "I" in tables and outcome.seqs:
         methods_figure(outcome.records, outcome.seqs[0], figures / "methods.png")
     write_metrics_json(out_dir / "metrics.json", metrics_document(outcome.rows))
+    # per flight and method (seed 0 of the Table I methods, IMU-only): TUM, updates.csv, MCAP (docs/metrics.md)
+    write_estimates(out_dir, outcome.records, {s.name: GroundTruth.of(s) for s in outcome.seqs})
     report = render_report(outcome, schedule_name, schedule, flights, tables)
     old = out_dir / "report.md"
     if old.is_file():
