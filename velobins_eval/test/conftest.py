@@ -1,0 +1,26 @@
+"""Fixtures of the velobins_eval tests that several test files share."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+SHIPPED = ("crazyflie", "crazyflie-reg")
+"""The shipped models, evaluated by name (each brings its EKF overlay)."""
+
+
+@pytest.fixture(scope="session")
+def demo_evaluation(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The report folder of ``velobins evaluate`` with both shipped models (by name, so with their overlays) on the
+    two shipped demo flights: the report the results tests (TUM, CSV, MCAP, HTML, score) check."""
+    import torch
+
+    from velobins_eval.cli import main
+    from velobins_eval.demo import DEMO_DATA
+
+    torch.set_num_threads(1)
+    out = tmp_path_factory.mktemp("demo_evaluation") / "report"
+    argv = ["evaluate", *(a for name in SHIPPED for a in ("--checkpoint", name))]
+    assert main([*argv, "--dataset", "nanobench", "--data", str(DEMO_DATA), "--out", str(out)]) == 0
+    return out
