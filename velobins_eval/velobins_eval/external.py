@@ -158,7 +158,9 @@ def read_euroc(path: Path) -> NamedGroundTruth:
     if np.any(~np.isfinite(norm) | (norm < 1e-9)) or not np.all(np.isfinite(data)):
         row = int(np.argmax(~np.all(np.isfinite(data), axis=1) | ~(norm >= 1e-9)))
         raise EstimateError(path, "q_RS_w", "non-finite value or zero quaternion", row)
-    name = path.parents[1].name if path.parent.name == "state_groundtruth_estimate0" else _stem(path)
+    name = _stem(path)
+    if path.parent.name == "state_groundtruth_estimate0":  # <sequence>/mav0/state_groundtruth_estimate0/data.csv
+        name = next((p.name for p in path.parents[1:] if p.name and p.name != "mav0"), name)
     return NamedGroundTruth(name, GroundTruth(t, data[:, 1:4], q / norm[:, None], data[:, 8:11]))
 
 
