@@ -89,7 +89,7 @@ def main_score(argv: list[str] | None = None) -> int:
     config = {
         "command": "score",
         "ground_truth": {"path": str(args.gt), "format": args.gt_format, "flight": flight},
-        "estimates": sources,
+        "inputs": sources,
         "allowed_checks": list(args.allow),
     }
     mode = "resume" if args.overwrite else output_mode()  # the earlier report goes only once the new one is complete
