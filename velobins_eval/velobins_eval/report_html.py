@@ -253,7 +253,7 @@ def nees_figure(records: Mapping[str, Any], gt) -> Any | None:
 # ---------------------------------------------------------------------------------- page
 def table_html(rows: Mapping[str, Mapping[str, float]], keys: tuple[str, ...], first: str = "method") -> str:
     """An HTML table: one row per label, ``keys`` as columns (cells as in the Markdown report, best in bold)."""
-    from .report import HEADERS, best_label, format_value
+    from .report_tables import HEADERS, best_label, format_value
 
     best = {k: best_label({m: v[k] for m, v in rows.items()}, k) for k in keys}
     head = "".join(f"<th>{html.escape(HEADERS[k])}</th>" for k in keys)
@@ -290,7 +290,7 @@ def write_html(
     import plotly.io as pio
     from plotly.offline import get_plotlyjs
 
-    from .report import EXTRA_TABLE_KEYS, KEYS, PER_FLIGHT_TABLE_KEYS
+    from .report_tables import EXTRA_TABLE_KEYS, KEYS, PER_FLIGHT_TABLE_KEYS
 
     parts = [
         f"<h1>{html.escape(title)}</h1>",

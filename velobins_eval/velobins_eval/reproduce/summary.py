@@ -18,7 +18,7 @@ import numpy as np
 
 from .. import metrics
 from ..report import json_value, metrics_entry
-from ..scoring import KEYS, aggregate, nanmean
+from ..scoring import ALL_KEYS, aggregate, nanmean
 from .errors import ReproduceError
 from .evaluation import UnitResult
 from .plan import HEADLINE, IMU_ONLY, REGRESSION
@@ -48,7 +48,7 @@ class RowSummary:
     def mean(self) -> dict[str, float]:
         """Mean over seeds of the per-seed aggregates (the aggregate itself for one seed)."""
         seeds = self.seeds
-        return {k: nanmean([a[k] for a in seeds.values()]) for k in KEYS}
+        return {k: nanmean([a[k] for a in seeds.values()]) for k in ALL_KEYS}
 
     @property
     def std(self) -> dict[str, float] | None:
@@ -56,7 +56,7 @@ class RowSummary:
         if len(self.seed_flights) < 2:
             return None
         seeds = self.seeds
-        return {k: _nanstd([a[k] for a in seeds.values()]) for k in KEYS}
+        return {k: _nanstd([a[k] for a in seeds.values()]) for k in ALL_KEYS}
 
 
 def _nanstd(values: Iterable[float]) -> float:
@@ -107,6 +107,6 @@ def metrics_document(rows: dict[str, RowSummary]) -> dict[str, Any]:
         if len(row.seeds) > 1 or name in (HEADLINE, REGRESSION):
             entry["seeds"] = {str(s): {k: json_value(v) for k, v in a.items()} for s, a in sorted(row.seeds.items())}
             std = row.std
-            entry["aggregate_std"] = {k: json_value(std[k] if std else None) for k in KEYS}
+            entry["aggregate_std"] = {k: json_value(std[k] if std else None) for k in ALL_KEYS}
         doc[name] = entry
     return doc
