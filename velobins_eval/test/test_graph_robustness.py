@@ -23,7 +23,7 @@ import pytest
 from rosbags.rosbag2 import Reader, Writer
 
 from velobins_data import bag
-from velobins_eval.scoring import KEYS
+from velobins_eval.scoring import ALL_KEYS
 
 RATE = 2.0
 """Replay speed factor of the faulted run."""
@@ -214,7 +214,7 @@ def test_graph_survives_faults(faulted: FaultedRun) -> None:
     assert "finished:" in run.logs["velobins_replay_node"], logs
     flight = next(iter(run.metrics.values()))["flights"]
     values = next(iter(flight.values()))
-    assert set(values) == set(KEYS)
+    assert set(values) == set(ALL_KEYS)
     assert all(v is not None and math.isfinite(v) for v in values.values()), values  # NaN is written as null
     graph = json.loads((run.report_dir / "config.json").read_text())["graph"]
     assert graph["dropped"] == {}, graph  # no non-finite estimate reached the eval node

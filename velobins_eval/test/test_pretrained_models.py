@@ -93,6 +93,12 @@ def test_evaluate_and_export_take_a_shipped_name(tmp_path: Path, capsys: pytest.
     assert main([*argv, "--params", str(overlay), "--no-imu-only", "--out", str(out)]) == 0
     config = json.loads((out / "config.json").read_text())
     assert config["checkpoints"] == [str(resolve_model("crazyflie").checkpoint)]
+    assert config["filters"]["G+H^B"] | {"filter": None} == {
+        "params": [str(overlay)],
+        "source": "--params",  # --params replaces a shipped model's own overlay, for every checkpoint
+        "filter": None,
+        "predictor": {},
+    }
     assert "G+H^B" in json.loads((out / "metrics.json").read_text())
     capsys.readouterr()
 
