@@ -176,3 +176,25 @@ def test_cli_network_variance_scale(data_dir, tiny_checkpoint, flights, tmp_path
         assert load_predictor_config([out]).variance_scale > 0
     else:
         assert "variance_scale" not in text and "variance_scale not written" in printed
+
+
+def test_cli_shipped_model_brings_its_overlay(tmp_path, capsys):
+    """``--checkpoint crazyflie`` resolves the name and starts from the model's overlay unless --params is given."""
+    from velobins_eval.demo import DEMO_DATA
+    from velobins_net.pretrained import resolve_model
+
+    overlay = resolve_model("crazyflie").overlay
+    out = tmp_path / "overlay.yaml"
+    base = ["calibrate", "--dataset", "nanobench", "--data", str(DEMO_DATA / "B2_circle_fast_rep1.csv.gz")]
+    base += ["--heldout", str(DEMO_DATA / "B3_figure8_medium_rep1.csv.gz"), "--checkpoint", "crazyflie"]
+    base += ["--grid-points", "1", "--max-evals", "1"]
+    assert cli_main([*base, "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert f"parameters: {overlay}" in printed and "| before (crazyflie.yaml) |" in printed
+    assert "| before (crazyflie.yaml) | 0.07009 | 0.03634 |" in out.read_text().replace("# ", "")  # its densities
+
+    defaults = tmp_path / "defaults.yaml"
+    defaults.write_text("/**/velobins_ekf:\n  ros__parameters:\n    filter:\n      acc_noise_density: 0.02\n")
+    assert cli_main([*base, "--params", str(defaults), "--out", str(tmp_path / "o2.yaml")]) == 0
+    printed = capsys.readouterr().out
+    assert "parameters:" not in printed and "| before (defaults.yaml) | 0.02 |" in printed
