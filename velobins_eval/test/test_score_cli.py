@@ -1,5 +1,5 @@
 """``velobins score``: files written by ``velobins evaluate`` scored again give evaluate's row; bags and TUM
-ground truth are read; ``evaluate --dataset bag`` reads the project's own bags; user errors are one line."""
+ground truth are read; ``evaluate --dataset rosbag`` reads the project's own bags; user errors are one line."""
 
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ def test_ground_truth_from_a_bag_and_from_tum(demo_evaluation: Path, tmp_path: P
     write_tum(tmp_path / "gt.tum", seq.t, seq.p, seq.q)
     estimate = _estimates(demo_evaluation, "reg") / "estimate.tum"
     want = _row(demo_evaluation, "reg")
-    for gt, fmt in ((tmp_path / "bag", "bag"), (tmp_path / "gt.tum", "tum")):
+    for gt, fmt in ((tmp_path / "bag", "rosbag"), (tmp_path / "gt.tum", "tum")):
         out = tmp_path / f"score-{fmt}"
         argv = ["score", "--estimate", str(estimate), "--label", "reg", "--gt", str(gt), "--gt-format", fmt]
         assert main([*argv, "--flight", FLIGHT, "--out", str(out), "--no-mcap"]) == 0
@@ -73,13 +73,13 @@ def test_evaluate_reads_the_projects_own_bags(tmp_path: Path) -> None:
 
     write_bag(load_flight("nanobench", FLIGHT_FILE), tmp_path / "bags" / FLIGHT)
     rows = {}
-    for kind, data in (("nanobench", FLIGHT_FILE), ("bag", tmp_path / "bags")):
+    for kind, data in (("nanobench", FLIGHT_FILE), ("rosbag", tmp_path / "bags")):
         out = tmp_path / kind
         argv = ["evaluate", "--checkpoint", "crazyflie-reg", "--dataset", kind, "--data", str(data), "--no-imu-only"]
         assert main([*argv, "--out", str(out)]) == 0
         rows[kind] = _row(out, "reg")
     for key in PAPER_KEYS + EXTRA_KEYS:
-        assert rows["bag"][key] == pytest.approx(rows["nanobench"][key], rel=1e-4), key
+        assert rows["rosbag"][key] == pytest.approx(rows["nanobench"][key], rel=1e-4), key
 
 
 def test_user_errors_are_one_line_and_touch_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

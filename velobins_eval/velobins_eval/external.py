@@ -12,9 +12,9 @@ the same metrics as the project's own runs (the columns a format cannot carry ar
   ``/velobins/ekf/update``) with its covariance when one is set (all zero means none).
 
 Ground truth (:func:`read_ground_truth`): a flight in any ``--dataset`` format (its ground truth
-fields; ``bag`` for the bags ``velobins convert`` writes), ``tum`` (velocity by central differences of
-the positions, :func:`numpy.gradient`), or ``euroc`` (``state_groundtruth_estimate0/data.csv``: stamps
-in ns, ``p_RS_R``, ``q_RS`` w first, ``v_RS_R``).
+fields; ``rosbag`` for the bags ``velobins convert`` writes or the vehicle records), ``tum`` (velocity
+by central differences of the positions, :func:`numpy.gradient`), or ``euroc``
+(``state_groundtruth_estimate0/data.csv``: stamps in ns, ``p_RS_R``, ``q_RS`` w first, ``v_RS_R``).
 """
 
 from __future__ import annotations

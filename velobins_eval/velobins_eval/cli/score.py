@@ -48,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--gt-format",
         required=True,
         choices=(*KINDS, *GROUND_TRUTH_FORMATS),
-        help="adapter of --gt: a dataset kind (its ground-truth fields; bag: a bag velobins convert wrote), tum "
+        help="adapter of --gt: a dataset kind (its ground-truth fields; rosbag: a bag velobins convert wrote), tum "
         "(velocity from the positions) or euroc (state_groundtruth_estimate0/data.csv)",
     )
     p.add_argument("--flight", help="flight name in the report (default: the flight's name or the --gt file name)")
