@@ -38,11 +38,13 @@ PYTHON_KEYS: dict[str, str | None] = {
     "rosbags": "python3-rosbags-pip",
     "onnxruntime": "python3-onnxruntime-pip",
     "pytest": "python3-pytest",
+    "plotly": "python3-plotly",
     "onnx": None,
     "rotorpy": None,
     "submitit": None,
     "cloudpickle": None,
     "tensorboard": None,
+    "evo": None,
 }
 # pip distribution name -> import name, where they differ (docker/requirements.txt names distributions).
 DISTRIBUTION_MODULES = {"pyyaml": "yaml"}
