@@ -32,6 +32,17 @@ from . import metrics
 MAX_POINTS = 4000
 """Trajectory points per trace at most (evenly thinned; the page stays light on long flights)."""
 GT_COLOR = "black"
+PALETTE = (
+    "rgb(31,119,180)",
+    "rgb(255,127,14)",
+    "rgb(44,160,44)",
+    "rgb(214,39,40)",
+    "rgb(148,103,189)",
+    "rgb(140,86,75)",
+    "rgb(227,119,194)",
+    "rgb(127,127,127)",
+)
+"""Colour of the i-th method in every figure of the page (matplotlib's tab10, as the PNG plots)."""
 
 
 def _thin(n: int) -> np.ndarray:
@@ -74,11 +85,14 @@ def trajectory_figures(records: Mapping[str, Any], gt) -> tuple[Any, Any]:
             line={"color": GT_COLOR, "width": 3},
         )
     )
-    for method, rec in records.items():
+    for j, (method, rec) in enumerate(records.items()):
         k = _thin(rec.t_traj.size)
         p = rec.p_traj[k]
-        f3.add_trace(go.Scatter3d(x=_list(p[:, 0]), y=_list(p[:, 1]), z=_list(p[:, 2]), mode="lines", name=method))
-        top.add_trace(go.Scatter(x=_list(p[:, 0]), y=_list(p[:, 1]), mode="lines", name=method))
+        line = {"color": PALETTE[j % len(PALETTE)]}
+        f3.add_trace(
+            go.Scatter3d(x=_list(p[:, 0]), y=_list(p[:, 1]), z=_list(p[:, 2]), mode="lines", name=method, line=line)
+        )
+        top.add_trace(go.Scatter(x=_list(p[:, 0]), y=_list(p[:, 1]), mode="lines", name=method, line=line))
     (x0, x1), (y0, y1), (z0, z1) = _ranges(gt.p)
     f3.update_layout(
         title="trajectory (3-D) [m]",
@@ -150,18 +164,6 @@ def _band(
     )
 
 
-PALETTE = (
-    "rgb(31,119,180)",
-    "rgb(255,127,14)",
-    "rgb(44,160,44)",
-    "rgb(214,39,40)",
-    "rgb(148,103,189)",
-    "rgb(140,86,75)",
-    "rgb(227,119,194)",
-    "rgb(127,127,127)",
-)
-
-
 def velocity_figure(records: Mapping[str, Any], gt, frame: str) -> Any | None:
     """Velocity per axis with ±2σ: ``frame`` ``world`` (fused) or ``body`` (network); None when no method has it."""
     import plotly.graph_objects as go
@@ -189,6 +191,7 @@ def velocity_figure(records: Mapping[str, Any], gt, frame: str) -> Any | None:
     ref = next(iter(records.values()))
     at = gt.at(ref.t)
     truth = at.v if frame == "world" else at.body_velocity
+    ranges = _ranges(truth)  # around the ground truth: a diverging IMU-only velocity cannot squash the view
     for axis, name in enumerate("xyz"):
         fig.add_trace(
             go.Scatter(
@@ -203,7 +206,7 @@ def velocity_figure(records: Mapping[str, Any], gt, frame: str) -> Any | None:
             row=axis + 1,
             col=1,
         )
-        fig.update_yaxes(title_text=f"v{name} [m/s]", row=axis + 1, col=1)
+        fig.update_yaxes(title_text=f"v{name} [m/s]", range=list(ranges[axis]), row=axis + 1, col=1)
     fig.update_xaxes(title_text="t [s]", row=3, col=1)
     what = "fused velocity, world frame" if frame == "world" else "network velocity, body frame"
     fig.update_layout(title=f"{what}, per axis with ±2σ", height=720)
@@ -218,15 +221,21 @@ def nees_figure(records: Mapping[str, Any], gt) -> Any | None:
 
     fig = go.Figure()
     t0 = gt.t[0]
-    for method, rec in records.items():
+    drawn = []
+    for j, (method, rec) in enumerate(records.items()):
         values = nees_series(rec, gt.at(rec.t))
         if np.all(np.isfinite(values)):
-            fig.add_trace(
-                go.Scatter(x=_list(rec.t - t0), y=_list(values), mode="markers", marker={"size": 3}, name=method)
-            )
-    if not fig.data:
+            marker = {"size": 3, "color": PALETTE[j % len(PALETTE)]}
+            fig.add_trace(go.Scatter(x=_list(rec.t - t0), y=_list(values), mode="markers", marker=marker, name=method))
+            drawn.append(values)
+    if not drawn:
         return None
     lo, hi = metrics.NEES_BOUNDS
+    every = np.concatenate(drawn)
+    positive = every[every > 0]
+    bottom = min(float(positive.min()) if positive.size else lo, 0.5 * lo)
+    top = max(float(every.max()), 2.0 * hi)
+    log_range = [math.log10(bottom) - 0.1, math.log10(top) + 0.1]  # a log axis takes its range in decades
     fig.add_hrect(
         y0=lo,
         y1=hi,
@@ -245,7 +254,7 @@ def nees_figure(records: Mapping[str, Any], gt) -> Any | None:
         title="per-update NEES of the fused velocity",
         height=460,
         xaxis={"title": "t [s]"},
-        yaxis={"type": "log", "title": "NEES"},
+        yaxis={"type": "log", "title": "NEES", "range": log_range},
     )
     return fig
 
