@@ -8,9 +8,10 @@ was retrained since (its ``best.pt`` changed) counts as missing and is recompute
 
 The format is plain arrays (``numpy.savez``, read with ``allow_pickle=False``: loading a result never
 runs code from the file): ``meta`` (a JSON string: the unit, the flight names, the metric keys, the
-checkpoint stamp), ``metrics`` (flights × :data:`~velobins_eval.scoring.KEYS`), ``nees/<i>`` (the
-per-update NEES of flight i) and, for the units that keep them, ``record/<i>/<field>`` (the
-:class:`~velobins_eval.scoring.FlightRecord` arrays of flight i).
+checkpoint stamp), ``metrics`` (flights × :data:`~velobins_eval.scoring.ALL_KEYS`, the keys listed in
+``meta``), ``nees/<i>`` (the per-update NEES of flight i) and, for the units that keep them,
+``record/<i>/<field>`` (the :class:`~velobins_eval.scoring.FlightRecord` arrays of flight i; an optional
+field that is None is left out).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import numpy as np
 from velobins_common.outputs import atomic_path
 
 from ..metrics import FlightMetrics
-from ..scoring import KEYS, FlightRecord
+from ..scoring import ALL_KEYS, FlightRecord
 from .evaluation import UnitResult
 from .plan import IMU_ONLY, UNIT_DIR, EvalUnit, model_dir
 
@@ -62,19 +63,20 @@ def save_unit(path: Path, result: UnitResult, stamp: list[int] | None) -> Path:
     meta = {
         "unit": dataclasses.asdict(result.unit),
         "flights": names,
-        "keys": list(KEYS),
+        "keys": list(ALL_KEYS),
         "checkpoint": stamp,
         "records": sorted(result.records),
     }
     arrays: dict[str, Any] = {"meta": np.array(json.dumps(meta))}
-    arrays["metrics"] = np.array([[getattr(result.flights[n], k) for k in KEYS] for n in names], dtype=float)
+    arrays["metrics"] = np.array([[getattr(result.flights[n], k) for k in ALL_KEYS] for n in names], dtype=float)
     for i, name in enumerate(names):
         if name in result.nees:
             arrays[f"nees/{i}"] = result.nees[name]
         if name in result.records:
             record = result.records[name]
             for field in RECORD_ARRAYS:
-                arrays[f"record/{i}/{field}"] = getattr(record, field)
+                if getattr(record, field) is not None:
+                    arrays[f"record/{i}/{field}"] = getattr(record, field)
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(path) as tmp, open(tmp, "wb") as fh:
         np.savez(fh, **arrays)
@@ -111,10 +113,10 @@ def load_unit(path: Path) -> UnitResult:
         flights, nees, records = {}, {}, {}
         for i, name in enumerate(meta["flights"]):
             values = dict(zip(keys, data["metrics"][i].tolist(), strict=True))
-            flights[name] = FlightMetrics(**{k: values[k] for k in KEYS})
+            flights[name] = FlightMetrics(**{k: values[k] for k in ALL_KEYS if k in values})  # older files: fewer
             if f"nees/{i}" in data:
                 nees[name] = data[f"nees/{i}"]
             if name in meta["records"]:
-                arrays = {field: data[f"record/{i}/{field}"] for field in RECORD_ARRAYS}
+                arrays = {f: data[f"record/{i}/{f}"] for f in RECORD_ARRAYS if f"record/{i}/{f}" in data}
                 records[name] = FlightRecord(flight=name, method=unit.row, **arrays)
     return UnitResult(unit, flights, nees, records)
