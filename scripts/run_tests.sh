@@ -4,6 +4,13 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$ROOT/scripts/bootstrap.sh"
+# Headless Chromium renders report.html in velobins_eval/test/test_report_html.py (Debian's package;
+# the test skips with a reason where it is missing). Installed once where apt-get can (root, CI).
+if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "== installing chromium (once; for the report.html render test)"
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; } \
+        >/tmp/velobins-chromium-install.log 2>&1 || echo "chromium not installed (see /tmp/velobins-chromium-install.log): the render test will skip"
+fi
 # shellcheck disable=SC1091
 source "$ROOT/scripts/env.sh"
 cd "$ROOT"
