@@ -1,9 +1,10 @@
 """The block propagation gives the one-interval-at-a-time state and covariance (to round-off).
 
-Both run the same functions of :mod:`velobins_ekf.propagation` (one interval, or a block with a
-leading axis); ``test_ekf_core`` checks their Jacobians against numerical differentiation one
-interval at a time, and these tests carry that check over to blocks, where the nominal chain is
-a scan and the covariance steps are folded by ``compose``.
+Both run the same functions (:func:`velobins_ekf.nominal.nominal_step` and those of
+:mod:`velobins_ekf.propagation`, on one interval or on a block with a leading axis);
+``test_ekf_core`` checks their Jacobians against numerical differentiation one interval at a
+time, and these tests carry that check over to blocks, where the nominal chain is a scan
+(:mod:`velobins_ekf.batch`) and the covariance steps are folded by ``compose``.
 """
 
 from __future__ import annotations
@@ -12,16 +13,15 @@ import numpy as np
 import pytest
 from scipy.spatial.transform import Rotation
 
+from velobins_ekf.batch import prefix_products, propagate_block
 from velobins_ekf.config import EkfConfig
 from velobins_ekf.ekf import ErrorStateEkf, NavState
+from velobins_ekf.nominal import nominal_step, rotation_series
 from velobins_ekf.propagation import (
     EXP_HALF,
     Interval,
     compose,
     interval_series,
-    nominal_step,
-    prefix_products,
-    propagate_nominal,
     transition_and_noise,
 )
 from velobins_ekf.so3 import SMALL_ANGLE, exp_coefficients, right_jacobian, so3_exp
@@ -76,18 +76,21 @@ def test_batched_and_per_sample_paths_agree(read_every: int | None) -> None:
 
 
 def test_block_functions_equal_the_one_interval_ones_row_by_row() -> None:
-    """``propagate_nominal`` and ``transition_and_noise`` on a block equal ``nominal_step`` and
+    """``propagate_block`` and ``transition_and_noise`` on a block equal ``nominal_step`` and
     ``transition_and_noise`` on each of its intervals, and the block's per-interval poses equal the
     state after each step."""
     cfg = EkfConfig()
     dt, acc, gyro = _imu(40, seed=3)
     block_state, step_state = _state(), _state()
-    block, poses = propagate_nominal(block_state, cfg.gravity, np.column_stack((dt, acc, gyro)))
+    block, poses = propagate_block(block_state, cfg.gravity, np.column_stack((dt, acc, gyro)))
     f, q = transition_and_noise(block, cfg)
     for k in range(40):
-        one = nominal_step(step_state, cfg.gravity, float(dt[k]), tuple(acc[k]), tuple(gyro[k]))
+        series = rotation_series(float(dt[k]), gyro[k], step_state.gyro_bias)
+        st = step_state
+        one = nominal_step(st.rot, st.vel, st.pos, acc[k] - st.acc_bias, series, float(dt[k]), cfg.gravity)
+        st.rot, st.vel, st.pos = one.rot, one.vel, one.pos
         np.testing.assert_allclose(one.r_mid, block.r_mid[k], atol=1e-12)
-        np.testing.assert_allclose(one.series, block.series[k], rtol=1e-14, atol=1e-18)
+        np.testing.assert_allclose(series, block.series[k], rtol=1e-14, atol=1e-18)
         np.testing.assert_allclose(poses.rot[k], step_state.rot, atol=1e-12)
         np.testing.assert_allclose(poses.vel[k], step_state.vel, rtol=1e-12, atol=1e-12)
         np.testing.assert_allclose(poses.pos[k], step_state.pos, rtol=1e-12, atol=1e-12)

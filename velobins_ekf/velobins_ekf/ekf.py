@@ -4,7 +4,8 @@ The filter core, :class:`ErrorStateEkf`, holds the nominal state (:mod:`velobins
 the 15x15 error-state covariance, and applies the two steps whose formulas live in one module
 each: IMU propagation (:mod:`velobins_ekf.propagation`: the integration scheme, ``F``, ``G``, ``Q``)
 and the velocity update (:mod:`velobins_ekf.update`: ``H``, Joseph form, injection and reset).
-It adds the bookkeeping: deferred propagation, symmetrisation and a PD guard. For displacement
+It adds the bookkeeping: deferred propagation (blocks through :mod:`velobins_ekf.batch`, single
+intervals through :func:`velobins_ekf.nominal.nominal_step`), symmetrisation and a PD guard. For displacement
 methods (TLIO, EqNIO, IMO) it also keeps cloned past poses (:mod:`velobins_ekf.clone`) and fuses
 the displacement between a clone and the current pose (:mod:`velobins_ekf.displacement`); without
 clones every step is the 15-D filter's, operation for operation.
@@ -18,14 +19,14 @@ import numpy as np
 
 from velobins_ekf import clone as cl
 from velobins_ekf import displacement as disp
+from velobins_ekf.batch import propagate_block
 from velobins_ekf.config import EkfConfig
+from velobins_ekf.nominal import nominal_step, rotation_series
 from velobins_ekf.propagation import (
     Interval,
     Transition,
     compose,
     concatenate,
-    nominal_step,
-    propagate_nominal,
     transition_and_noise,
     white_noise_variance,
 )
@@ -50,11 +51,18 @@ _BATCH_MIN = 8  # queued intervals from which one block is faster than one inter
 _QUEUE_MAX = 256  # queued intervals that force a flush (bounds memory between reads)
 
 
-def clip_to_pd(p: np.ndarray) -> np.ndarray:
-    """``p`` with its eigenvalues clipped to a small floor relative to the largest (PD guard)."""
-    w, v = np.linalg.eigh(p)
-    floor = max(float(w.max()), 1e-30) * _PD_FLOOR
-    return (v * np.maximum(w, floor)) @ v.T
+def positive_definite(p: np.ndarray) -> np.ndarray:
+    """The PD guard: ``p`` symmetrised, and where Cholesky fails, its eigenvalues clipped to a small
+    floor relative to the largest (round-off after an update can leave a tiny negative one)."""
+    p = 0.5 * (p + p.T)
+    try:
+        np.linalg.cholesky(p)
+    except np.linalg.LinAlgError:
+        w, v = np.linalg.eigh(p)
+        floor = max(float(w.max()), 1e-30) * _PD_FLOOR
+        p = (v * np.maximum(w, floor)) @ v.T
+        p = 0.5 * (p + p.T)
+    return p
 
 
 class ErrorStateEkf:
@@ -154,7 +162,7 @@ class ErrorStateEkf:
         :meth:`record_poses` arrays, when those intervals are applied.
 
         Recording the trajectory at every IMU sample thus leaves the queue to run as blocks, whose
-        scan yields the pose after every interval (:func:`~velobins_ekf.propagation.propagate_nominal`).
+        scan yields the pose after every interval (:func:`~velobins_ekf.batch.propagate_block`).
         """
         if self._queue:
             self._marks.append((len(self._queue), row))
@@ -178,13 +186,13 @@ class ErrorStateEkf:
         q, marks, st = self._queue, self._marks, self._state
         if len(q) < _BATCH_MIN:
             m = 0
-            for k, (dt, fx, fy, fz, wx, wy, wz) in enumerate(q, 1):
-                self._lin.append(nominal_step(st, self._g, dt, (fx, fy, fz), (wx, wy, wz)))
+            for k, row in enumerate(q, 1):
+                self._lin.append(self._step(row))
                 while m < len(marks) and marks[m][0] == k:
                     self._write_pose(marks[m][1], st.pos, st.rot, st.vel)
                     m += 1
         else:
-            iv, poses = propagate_nominal(st, self._g, np.array(q))
+            iv, poses = propagate_block(st, self._g, np.array(q))
             self._lin.append(iv)
             if marks:
                 after, rows = np.array(marks).T
@@ -198,6 +206,15 @@ class ErrorStateEkf:
             self._state.rot = orthonormalise(self._state.rot)
         if self._lin_count >= _QUEUE_MAX:
             self._flush_cov()
+
+    def _step(self, row: tuple[float, ...]) -> Interval:
+        """Integrate the state over one queued interval ``(dt, f, ω)``; its linearisation point."""
+        st, dt, values = self._state, row[0], np.array(row)
+        series = rotation_series(dt, values[4:7], st.gyro_bias)
+        acc = values[1:4] - st.acc_bias
+        step = nominal_step(st.rot, st.vel, st.pos, acc, series, dt, self._g)
+        st.rot, st.vel, st.pos = step.rot, step.vel, step.pos
+        return Interval(dt, step.r_mid, acc, series)
 
     def _flush_cov(self) -> None:
         if self._queue:
@@ -278,9 +295,7 @@ class ErrorStateEkf:
             return self._result(stamp, False, inn.y, inn.s, inn.nis)
         p_new = updated_covariance(p, inn, r)
         inject(st, inn.gain @ inn.y, p_new)
-        self._cov[...] = p_new
-        self._symmetrise()
-        self._ensure_pd()
+        self._cov[...] = positive_definite(p_new)
         return self._result(stamp, True, inn.y, inn.s, inn.nis)
 
     # ------------------------------------------------------------------ clones and displacement
@@ -362,13 +377,7 @@ class ErrorStateEkf:
         dx = inn.gain @ y
         inject(self._state, dx[:DIM], p_new)
         cl.inject_clones(self._clones, dx[DIM:], p_new)
-        p_new = 0.5 * (p_new + p_new.T)
-        try:
-            np.linalg.cholesky(p_new)
-        except np.linalg.LinAlgError:
-            p_new = clip_to_pd(p_new)
-            p_new = 0.5 * (p_new + p_new.T)
-        cl.split(p_new, self._cov, self._clones)
+        cl.split(positive_definite(p_new), self._cov, self._clones)
         return True, inn
 
     def _result(self, stamp: float, accepted: bool, y: np.ndarray, s: np.ndarray, nis: float) -> UpdateResult:
@@ -392,14 +401,6 @@ class ErrorStateEkf:
         p = self.cov
         np.add(p, p.T, out=self._tmp)
         np.multiply(self._tmp, 0.5, out=p)
-
-    def _ensure_pd(self) -> None:
-        """Keep P positive definite: if Cholesky fails, clip eigenvalues to a small floor."""
-        try:
-            np.linalg.cholesky(self.cov)
-        except np.linalg.LinAlgError:
-            self.cov[...] = clip_to_pd(self.cov)
-            self._symmetrise()
 
     # ------------------------------------------------------------------ outputs
     @property

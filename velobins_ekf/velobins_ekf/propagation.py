@@ -1,15 +1,9 @@
-"""IMU propagation of the error-state EKF: nominal integration, error transition F and noise Q
-(paper §III-E, after AI-IO). State and error layout: :mod:`velobins_ekf.state`.
+"""IMU propagation of the error-state EKF: error transition F and noise Q (paper §III-E, after
+AI-IO). State and error layout: :mod:`velobins_ekf.state`.
 
-Over one IMU interval ``dt`` (inputs are the interval's mean specific force and rate; the
-:class:`~velobins_ekf.runner.VelocityEkf` wrapper averages consecutive samples, which makes the
-scheme second-order accurate)::
-
-    h = (ω - b_g) dt / 2,  φ = 2h,  ā = f - b_a,  R_m = R Exp(h)     (mid-interval attitude)
-    a_w = R_m ā + g_vec
-    p⁺ = p + v dt + ½ a_w dt²,   v⁺ = v + a_w dt,   R⁺ = R_m Exp(h) = R Exp(φ)
-
-Its exact first-order error dynamics ``δx⁺ = F δx + G n`` are::
+The nominal scheme over one IMU interval ``dt`` is :mod:`velobins_ekf.nominal`'s (with ``h = (ω −
+b_g) dt / 2``, ``φ = 2h``, ``ā = f − b_a``, mid-interval attitude ``R_m = R Exp(h)``). Its exact
+first-order error dynamics ``δx⁺ = F δx + G n`` are::
 
     δθ⁺ = Exp(φ)ᵀ δθ − Jr(φ) dt (δb_g + n_g)
     δv⁺ = δv − R_m [ā]× Exp(h)ᵀ dt δθ − R_m dt (δb_a + n_a) + ½ dt² R_m [ā]× Jr(h) (δb_g + n_g)
@@ -24,8 +18,8 @@ diag(0, σ_ba² dt, σ_bg² dt)``, exact for this discrete model.
 Each formula is written once and serves both ways the filter runs (like TLIO's
 ``propagate_rvt_and_jac``: one readable function, made fast): with floats and (3,)/(3, 3) arrays
 for one interval (the filter read after every IMU sample), or with arrays of leading length n for
-a block of intervals (the filter read at the updates, where the nominal chain is a log-depth
-prefix product and the n covariance steps fold into one, :func:`compose`).
+a block of intervals (the filter read at the updates, where the n covariance steps fold into one,
+:func:`compose`; the nominal chain of a block is :mod:`velobins_ekf.batch`'s).
 """
 
 from __future__ import annotations
@@ -37,7 +31,7 @@ import numpy as np
 
 from velobins_ekf.config import EkfConfig
 from velobins_ekf.so3 import exp_coefficients, skew, stack_entries
-from velobins_ekf.state import BA, BG, DIM, POS, ROT, VEL, NavState
+from velobins_ekf.state import BA, BG, DIM, POS, ROT, VEL
 
 EXP_HALF, EXP_FULL_T, NEG_DT_JR_FULL, NEG_DT_EXP_HALF_T, HALF_DT2_JR_HALF = range(5)
 """Indices of :func:`interval_series`: ``Exp(h)``, ``Exp(φ)ᵀ``, ``−dt Jr(φ)``, ``−dt Exp(h)ᵀ``,
@@ -54,8 +48,8 @@ class Interval(NamedTuple):
     """Interval length [s]."""
     r_mid: np.ndarray
     """(…, 3, 3) mid-interval attitude ``R_m``."""
-    acc: tuple[float, float, float] | np.ndarray
-    """Bias-corrected specific force ``ā`` [m/s²]: 3 floats, or (n, 3)."""
+    acc: np.ndarray
+    """(…, 3) bias-corrected specific force ``ā`` [m/s²]."""
     series: np.ndarray
     """(…, 5, 3, 3) :func:`interval_series` of the interval."""
 
@@ -100,90 +94,6 @@ def interval_series(dt, hx, hy, hz) -> np.ndarray:
     ), lead, (3, 9))
     # fmt: on
     return (coefficients @ basis).reshape((*lead, 5, 3, 3))
-
-
-def world_acceleration(r_mid, acc, gravity: float) -> tuple:
-    """``a_w = R_m ā + g_vec`` [m/s²], ``g_vec = (0, 0, −g)``, from the 9 entries of ``R_m``
-    (row-major) and the 3 of ``ā``: floats (one interval) or (n,) arrays (a block)."""
-    r00, r01, r02, r10, r11, r12, r20, r21, r22 = r_mid
-    ax, ay, az = acc
-    return (
-        r00 * ax + r01 * ay + r02 * az,
-        r10 * ax + r11 * ay + r12 * az,
-        r20 * ax + r21 * ay + r22 * az - gravity,
-    )
-
-
-def position_increment(vel: np.ndarray, a_w: np.ndarray, dt) -> np.ndarray:
-    """``p⁺ − p = v dt + ½ a_w dt²`` [m] from the velocity at the interval's start."""
-    return vel * dt + a_w * (0.5 * dt * dt)
-
-
-def nominal_step(state: NavState, gravity: float, dt: float, acc, gyro) -> Interval:
-    """Integrate ``state`` in place over one interval (``acc``, ``gyro``: 3 floats each).
-
-    The 3-vectors are handled as floats: on them, every numpy call costs more than its arithmetic.
-    """
-    hd = 0.5 * dt
-    ba0, ba1, ba2 = state.acc_bias.tolist()
-    bg0, bg1, bg2 = state.gyro_bias.tolist()
-    series = interval_series(dt, (gyro[0] - bg0) * hd, (gyro[1] - bg1) * hd, (gyro[2] - bg2) * hd)
-    e_half = series[EXP_HALF]
-    acc_b = (acc[0] - ba0, acc[1] - ba1, acc[2] - ba2)
-    r_mid = state.rot @ e_half
-    awx, awy, awz = world_acceleration(r_mid.ravel().tolist(), acc_b, gravity)
-    vx, vy, vz = state.vel.tolist()
-    px, py, pz = state.pos.tolist()
-    state.pos[:] = (
-        px + position_increment(vx, awx, dt),
-        py + position_increment(vy, awy, dt),
-        pz + position_increment(vz, awz, dt),
-    )
-    state.vel[:] = (vx + awx * dt, vy + awy * dt, vz + awz * dt)
-    state.rot = r_mid @ e_half
-    return Interval(dt, r_mid, acc_b, series)
-
-
-class Poses(NamedTuple):
-    """Nominal pose at the end of each interval of a block (row k: after interval k)."""
-
-    rot: np.ndarray
-    """(n, 3, 3) body->world rotation."""
-    vel: np.ndarray
-    """(n, 3) world velocity [m/s]."""
-    pos: np.ndarray
-    """(n, 3) world position [m]."""
-
-
-def propagate_nominal(state: NavState, gravity: float, samples: np.ndarray) -> tuple[Interval, Poses]:
-    """Integrate ``state`` over a block of ``n`` intervals, the same scheme as :func:`nominal_step`.
-
-    ``samples`` is (n, 7): ``(dt, f_x, f_y, f_z, ω_x, ω_y, ω_z)``, the intervals' mean specific force
-    [m/s²] and rate [rad/s]. The biases are constant over a block (they change only in updates).
-    Returns the block's linearisation points and the pose after every interval, which the scan
-    computes anyway (a caller recording the trajectory per sample reads them instead of the state).
-    """
-    n = samples.shape[0]
-    dt = samples[:, 0]
-    h = (samples[:, 4:7] - state.gyro_bias) * (0.5 * dt)[:, None]
-    series = interval_series(dt, h[:, 0], h[:, 1], h[:, 2])
-    e_half = series[:, EXP_HALF]
-    rot = np.empty((n + 1, 3, 3))  # attitude at the start of each interval, then at the end of the last
-    rot[0] = state.rot
-    np.matmul(state.rot, prefix_products(e_half @ e_half), out=rot[1:])  # R Exp(φ_0) ⋯ Exp(φ_k)
-    r_mid = rot[:-1] @ e_half
-    acc_b = samples[:, 1:4] - state.acc_bias
-    a_w = np.column_stack(world_acceleration(r_mid.reshape(n, 9).T, acc_b.T, gravity))
-    vel = np.empty((n + 1, 3))  # velocity at the start of each interval, then at the end of the last
-    vel[0] = 0.0
-    np.cumsum(a_w * dt[:, None], axis=0, out=vel[1:])
-    vel += state.vel
-    pos = np.cumsum(position_increment(vel[:-1], a_w, dt[:, None]), axis=0)
-    pos += state.pos
-    state.pos = pos[-1].copy()
-    state.vel = vel[-1].copy()
-    state.rot = rot[-1].copy()
-    return Interval(dt, r_mid, acc_b, series), Poses(rot[1:], vel[1:], pos)
 
 
 class Transition:
@@ -262,18 +172,6 @@ def concatenate(intervals: list[Interval]) -> Interval:
         return Interval(*(np.array(field) for field in zip(*intervals, strict=True)))
     blocks = [iv if isinstance(iv.dt, np.ndarray) else Interval(*(np.asarray(x)[None] for x in iv)) for iv in intervals]
     return Interval(*(np.concatenate(field) for field in zip(*blocks, strict=True)))
-
-
-def prefix_products(m: np.ndarray) -> np.ndarray:
-    """Inclusive prefix products ``s_k = m_0 m_1 ⋯ m_k`` of (n, d, d) matrices (Hillis–Steele scan:
-    ⌈log₂ n⌉ batched matmuls instead of n small ones)."""
-    s = m.copy()
-    off = 1
-    n = s.shape[0]
-    while off < n:
-        s[off:] = s[:-off] @ s[off:]  # the right side is evaluated before the assignment
-        off *= 2
-    return s
 
 
 def compose(f: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
