@@ -80,6 +80,23 @@ class EkfConfig:
     init_window: float = param(0.2, min=0.01, max=10.0)
     """Seconds of IMU averaged for gravity alignment when the filter initialises itself. Typical 0.2–1."""
 
+    max_imu_interval: float = param(0.1, min=1e-3, max=10.0, live=True)
+    """Longest IMU interval [s] the filter propagates. A longer gap (samples lost, a stopped driver) or a
+    forward stamp jump holds the filter instead: no propagation across it, the state kept, the covariance
+    grown by what the gap can hide (velobins_ekf.integrity.gap_inflation), measurements stamped inside the
+    gap dropped; counted as imu_gaps. Typical 0.05–0.2 (5–20 lost samples at 100 Hz)."""
+    imu_check_window: float = param(1.0, min=0.05, max=60.0, live=True)
+    """Seconds of IMU whose mean specific force is checked for plausibility (unit, frame) while the filter
+    runs; the alignment window is checked before a self-initialisation. Typical 1."""
+    imu_force_min: float = param(0.5, min=0.01, max=1.0, live=True)
+    """Mean specific-force magnitude, in g, below which the IMU is implausible (an IMU in g reads ~0.1 g,
+    a dead accelerometer ~0). Typical 0.5."""
+    imu_force_max: float = param(3.0, min=1.0, max=1000.0, live=True)
+    """Mean specific-force magnitude, in g, above which the IMU is implausible (wrong scale). Typical 3."""
+    imu_max_tilt: float = param(1.3, min=0.1, max=math.pi, live=True)
+    """Largest angle [rad] between the mean specific force and body +z (FLU): a multirotor's thrust and, at
+    rest, gravity's reaction point along +z; an FRD IMU published as FLU reads ~π. Typical 1.3 (75°)."""
+
     def live_fields(self) -> frozenset[str]:
         """Fields a running filter can take a new value of (:meth:`VelocityEkf.set_config`): the noise
         model and the gate, which only enter the next propagation or update."""

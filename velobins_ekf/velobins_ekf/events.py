@@ -15,9 +15,7 @@ import numpy as np
 
 from velobins_ekf.clone import CloneSet
 from velobins_ekf.ekf import NavState
-
-Sample = tuple[float, float, float, float, float, float]
-"""IMU sample values ``(ax, ay, az, gx, gy, gz)`` as plain floats."""
+from velobins_ekf.initial_state import Sample
 
 VELOCITY, DISPLACEMENT, CLONE = 0, 1, 2
 """Event kinds, also their order at equal stamps (a clone at ``t`` follows the updates at ``t``)."""
@@ -65,6 +63,24 @@ class FilterStats:
     """Displacements (or their clones) older than the stored history, dropped."""
     clones_dropped: int = 0
     """Clones marginalised before use because ``max_clones`` were held."""
+    imu_gaps: int = 0
+    """IMU intervals longer than ``max_imu_interval`` (a gap, or stamps jumping forward): the filter held."""
+    meas_in_gap: int = 0
+    """Measurements (velocity, displacement) stamped inside an IMU gap, dropped (no IMU to reach them)."""
+    init_refused: int = 0
+    """Self-initialisations refused because the alignment window's IMU was implausible (unit, frame)."""
+    initialisations: int = 0
+    """Times the filter (re)started from a state: explicitly, by alignment, or by set_pose before one."""
+    pose_sets: int = 0
+    """Poses set on a running filter (:meth:`~velobins_ekf.runner.VelocityEkf.set_pose`)."""
+    restarts: int = 0
+    """Times the filter was put back to uninitialised (:meth:`~velobins_ekf.runner.VelocityEkf.restart`)."""
+
+
+USED_COUNTERS = ("imu_used", "meas_applied", "meas_late", "disp_applied", "disp_late")
+"""FilterStats counters of inputs used (a late one too)."""
+EVENT_COUNTERS = ("imu_gaps", "initialisations", "pose_sets", "restarts", "init_refused")
+"""FilterStats counters of what happened to the filter; the others count inputs it refused (drops)."""
 
 
 @dataclass(order=True)

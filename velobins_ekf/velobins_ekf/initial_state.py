@@ -12,10 +12,16 @@ the initial roll/pitch sigma must cover. The velocity comes from the first netwo
 from __future__ import annotations
 
 import math
+from collections import deque
 
 import numpy as np
 
+from velobins_ekf.config import EkfConfig
+from velobins_ekf.integrity import ImuFault, check_specific_force
 from velobins_ekf.state import NavState
+
+Sample = tuple[float, float, float, float, float, float]
+"""IMU sample values ``(ax, ay, az, gx, gy, gz)`` as plain floats."""
 
 _MIN_GRAVITY_FRACTION = 0.5  # |f̄| below this fraction of g means free fall / garbage: refuse
 
@@ -74,3 +80,54 @@ def state_from_alignment(
         acc_bias=np.zeros(3),
         gyro_bias=np.zeros(3),
     )
+
+
+class AlignmentWindow:
+    """The IMU a self-initialisation aligns with gravity: the samples of the last ``init_window``
+    seconds (and the one before, so that a full window can be told from a short one).
+
+    Used both ways the filter starts itself: at the first measurement (``init_mode: align``, the
+    velocity from the network) and at rest (``align_at_rest``, zero velocity). Before a state is
+    made, the window's specific force is checked (:func:`velobins_ekf.integrity.check_specific_force`):
+    an IMU in g or an FRD IMU published as FLU gives an :class:`~velobins_ekf.integrity.ImuFault`,
+    not an upside-down filter. A gap longer than ``max_imu_interval`` empties the window.
+    """
+
+    def __init__(self, config: EkfConfig) -> None:
+        self.config = config
+        self._buf: deque[tuple[float, Sample]] = deque()
+
+    def add(self, t: float, sample: Sample) -> None:
+        """One IMU sample (stamp [s], ``(ax, ay, az, gx, gy, gz)``), stamps increasing."""
+        buf = self._buf
+        if buf and t - buf[-1][0] > self.config.max_imu_interval:
+            buf.clear()  # never align across a gap
+        buf.append((t, sample))
+        horizon = t - self.config.init_window
+        while len(buf) > 1 and buf[1][0] <= horizon:
+            buf.popleft()
+
+    def clear(self) -> None:
+        self._buf.clear()
+
+    @property
+    def span(self) -> float:
+        """Seconds between the oldest and the newest sample kept."""
+        return self._buf[-1][0] - self._buf[0][0] if len(self._buf) >= 2 else 0.0
+
+    def align(self, vel_body: np.ndarray, min_span: float) -> tuple[float, Sample, NavState] | ImuFault | None:
+        """The state at the newest sample, with body velocity ``vel_body``, from the samples within
+        ``init_window`` of it: ``(stamp, sample, state)``; an :class:`ImuFault` when their specific
+        force is implausible; None while the kept samples span less than ``min_span`` seconds."""
+        buf = self._buf
+        if self.span < min_span:
+            return None
+        t_last = buf[-1][0]
+        acc = np.array([s[0:3] for t, s in buf if t >= t_last - self.config.init_window])
+        norms = np.linalg.norm(acc, axis=1)
+        fault = check_specific_force(acc.mean(axis=0), float(norms.mean()), self.config)
+        if fault is not None:
+            return fault
+        cfg = self.config
+        state = state_from_alignment(acc, vel_body, yaw=cfg.init_yaw, gravity=cfg.gravity)
+        return t_last, buf[-1][1], state

@@ -16,11 +16,17 @@
   ``t_s`` by the same re-propagation (``history_length`` must then cover window + latency). A clone
   is marginalised once the displacements that start at it are fused;
 * non-finite inputs, non-increasing IMU stamps, duplicate measurement stamps and invalid
-  covariances are rejected and counted in :class:`FilterStats`; nothing non-finite reaches the core.
+  covariances are rejected and counted in :class:`FilterStats`; nothing non-finite reaches the core;
+* an IMU interval longer than ``max_imu_interval`` (a gap, or stamps jumping forward) is never
+  propagated: the filter holds (:mod:`velobins_ekf.integrity`), counted in ``imu_gaps``, and
+  :meth:`VelocityEkf.pop_holds` tells the caller; the IMU's specific force is checked for
+  plausibility over every ``imu_check_window`` (:attr:`VelocityEkf.imu_fault`).
 
 Without an explicit :meth:`VelocityEkf.initialize`, the filter aligns itself with gravity from the
-last ``init_window`` seconds of IMU and takes its velocity from the first measurement
-(:mod:`velobins_ekf.initial_state`).
+last ``init_window`` seconds of IMU and takes its velocity from the first measurement, or zero at
+rest (:meth:`VelocityEkf.align_at_rest`); an implausible IMU refuses the start
+(:class:`~velobins_ekf.initial_state.AlignmentWindow`). :meth:`VelocityEkf.set_pose` and
+:meth:`VelocityEkf.restart` serve a node's set_pose and reset.
 """
 
 from __future__ import annotations
@@ -35,11 +41,14 @@ import numpy as np
 from velobins_ekf.config import EkfConfig
 from velobins_ekf.displacement import DisplacementResult
 from velobins_ekf.ekf import ErrorStateEkf, NavState, UpdateResult
-from velobins_ekf.events import CLONE, DISPLACEMENT, VELOCITY, Event, FilterStats, Sample, Snapshot, is_spd
-from velobins_ekf.initial_state import state_from_alignment
+from velobins_ekf.events import CLONE, DISPLACEMENT, VELOCITY, Event, FilterStats, Snapshot, is_spd
+from velobins_ekf.history import History
+from velobins_ekf.initial_state import AlignmentWindow, Sample
+from velobins_ekf.integrity import ImuFault, SpecificForceMonitor, gap_inflation
+from velobins_ekf.state import with_pose
 
 
-class VelocityEkf:
+class VelocityEkf(History):
     """Streaming velocity-aided EKF with out-of-order measurement handling (see module docstring).
 
     Args:
@@ -63,7 +72,11 @@ class VelocityEkf:
         self._applied: deque[Event] = deque()
         self._snaps: deque[Snapshot] = deque()
         self._last_snap_t = -math.inf
-        self._init_buf: deque[tuple[float, Sample]] = deque()
+        self._align = AlignmentWindow(self.config)
+        self.imu_check = SpecificForceMonitor(self.config)
+        self.init_fault: ImuFault | None = None  # why the last self-initialisation was refused
+        self.last_update_time: float | None = None  # stamp of the newest fused update
+        self._holds: list[tuple[float, float]] = []
 
     # ------------------------------------------------------------------ public API
     @property
@@ -76,6 +89,23 @@ class VelocityEkf:
         """Stamp [s] of the current filter state (None before initialisation)."""
         return self._t
 
+    @property
+    def imu_fault(self) -> ImuFault | None:
+        """What is implausible about the IMU: why the filter refuses to initialise itself, or what the
+        last full ``imu_check_window`` showed once running; None when nothing is."""
+        return self.imu_check.fault if self._t is not None else self.init_fault
+
+    def pop_holds(self) -> list[tuple[float, float]]:
+        """Return and forget the holds since the last call: ``(last stamp before, first after)`` of
+        each IMU gap the filter did not propagate across."""
+        out, self._holds = self._holds, []
+        return out
+
+    def pop_displacement_updates(self) -> list[DisplacementResult]:
+        """Return and forget the displacement update records so far (see :meth:`pop_updates`)."""
+        out, self.displacement_updates = self.displacement_updates, []
+        return out
+
     def initialize(self, t: float, state: NavState, cov: np.ndarray | None = None) -> None:
         """Start the filter at stamp ``t`` from a full state (e.g. ground truth in evaluation)."""
         if not math.isfinite(t):
@@ -87,8 +117,58 @@ class VelocityEkf:
         self._pending.clear()
         self._applied.clear()
         self._snaps.clear()
-        self._init_buf.clear()
+        self._align.clear()
+        self.init_fault = None
+        self.imu_check.restart()
+        self.stats.initialisations += 1
         self._take_snapshot()
+
+    def align_at_rest(self) -> bool:
+        """Start the filter at rest (zero velocity) once ``init_window`` seconds of IMU arrived: roll
+        and pitch from their mean specific force, yaw ``init_yaw``; at the newest sample's stamp.
+
+        For a vehicle whose network needs the filter's attitude (TLIO, EqNIO, IMO, AirIO), which so
+        cannot give the first measurement :meth:`add_velocity` aligns with. Call it after each IMU
+        sample until it returns True. An implausible window (:attr:`imu_fault`) is refused, counted
+        in ``init_refused``, and the window starts again.
+        """
+        if self._t is not None:
+            return True
+        out = self._align.align(np.zeros(3), self.config.init_window)
+        if isinstance(out, ImuFault):
+            self._align.clear()
+        return self._start_aligned(out)
+
+    def restart(self) -> None:
+        """Back to uninitialised (a reset service, a stamp jump backwards): the filter starts again
+        as it started the first time. Counters are kept."""
+        stats = self.stats
+        self.__init__(self.config, self.keep_updates)
+        self.stats = stats
+        stats.restarts += 1
+
+    def set_pose(
+        self, pos: np.ndarray, rot: np.ndarray, cov6: np.ndarray | None = None, t: float | None = None
+    ) -> None:
+        """Set the position (3,) [m] and body->world attitude (3, 3) of the filter, as robot_localization's
+        set_pose does: velocity and biases are kept, the pose's covariance is ``cov6`` (6x6, ROS order
+        ``x, y, z, rotX, rotY, rotZ``, rotation about the world axes; the initial sigmas when it is None
+        or not positive definite) and uncorrelated with the rest. Applies at the current state time
+        (stamp ``t`` is used only by a filter not initialised yet, which starts at rest with this pose).
+        """
+        pos = np.asarray(pos, dtype=np.float64).reshape(3)
+        rot = np.asarray(rot, dtype=np.float64).reshape(3, 3)
+        if not (np.all(np.isfinite(pos)) and np.all(np.isfinite(rot))):
+            raise ValueError("VelocityEkf.set_pose: position and attitude must be finite")
+        if self._t is None:
+            start = t if t is not None else self._last_imu_t
+            if start is None or not math.isfinite(start):
+                raise ValueError("VelocityEkf.set_pose: the filter has no time yet (no IMU): give a stamp")
+            self.initialize(start, NavState(rot, np.zeros(3), pos, np.zeros(3), np.zeros(3)))
+        st, p = with_pose(self.ekf.state, self.ekf.cov, pos, rot, cov6, self.config)
+        self.ekf.reset(st, p)
+        self._forget_history()
+        self.stats.pose_sets += 1
 
     def set_config(self, config: EkfConfig) -> None:
         """Use ``config`` from now on; only :meth:`EkfConfig.live_fields` (noise model, gate) may differ.
@@ -103,6 +183,7 @@ class VelocityEkf:
             raise ValueError(f"VelocityEkf.set_config: {', '.join(changed)} cannot change on a running filter")
         self.ekf.flush()  # queued intervals are propagated with the noise they were sampled under
         self.config = config
+        self._align.config = self.imu_check.config = config
         self.ekf = ErrorStateEkf(config, self.ekf.state, self.ekf.cov)
 
     def add_imu(self, t: float, acc: np.ndarray, gyro: np.ndarray) -> bool:
@@ -135,15 +216,19 @@ class VelocityEkf:
             return False
         self._last_imu_t = t
         self.stats.imu_used += 1
+        if last is not None and t - last > self.config.max_imu_interval:
+            self.imu_check.restart()
+        self.imu_check.add(t, s[0], s[1], s[2])
         if self._t is None:
-            self._init_buf.append((t, s))
-            while self._init_buf and self._init_buf[0][0] < t - self.config.init_window:
-                self._init_buf.popleft()
+            self._align.add(t, s)
             return True
         if t <= self._t:  # before the (explicit) initial stamp: best value at the state time so far
             self._sample = s
             if self._snaps and self._snaps[-1].t == self._t:  # a replay from there starts with it too
                 self._snaps[-1].sample = s
+            return True
+        if t - self._t > self.config.max_imu_interval:
+            self._hold(t, s)
             return True
         self._imu.append((t, s))
         self._advance(t, s)
@@ -295,18 +380,28 @@ class VelocityEkf:
         return self.ekf.twist_covariance(imu_dt)
 
     # ------------------------------------------------------------------ internals
+    def _hold(self, t: float, s: Sample) -> None:
+        """An IMU gap to ``t``: keep the state, grow its covariance (:func:`gap_inflation`), drop the
+        events stamped inside the gap and the history before it, and go on from ``t``."""
+        t_before, gap = self._t, t - self._t
+        if self._sample is not None:  # else no IMU since an explicit initialisation: nothing to hold
+            st = self.ekf.state.copy()
+            self.ekf.reset(st, self.ekf.cov + gap_inflation(st, self.config, gap))
+            self.stats.imu_gaps += 1
+            self._holds.append((t_before, t))
+        inside = [e for e in self._pending if e.t < t]
+        self.stats.meas_in_gap += sum(e.kind != CLONE for e in inside)
+        self._pending = [e for e in self._pending if e.t >= t]
+        self._t, self._sample = t, s
+        self._forget_history()
+        while self._pending and self._pending[0].t == t:
+            self._apply(self._pending.pop(0))
+
     def _advance(self, t1: float, s1: Sample) -> None:
         """Apply pending measurements up to ``t1`` at their stamps, then propagate to ``t1``."""
         pending = self._pending
         if not pending or pending[0].t > t1:  # hot path: one IMU interval, nothing to apply
-            s0 = self._sample if self._sample is not None else s1
-            self.ekf.propagate(
-                t1 - self._t,
-                (0.5 * (s0[0] + s1[0]), 0.5 * (s0[1] + s1[1]), 0.5 * (s0[2] + s1[2])),
-                (0.5 * (s0[3] + s1[3]), 0.5 * (s0[4] + s1[4]), 0.5 * (s0[5] + s1[5])),
-            )
-            self._t = t1
-            self._sample = s1
+            self._propagate_to(t1, s1)
             if t1 - self._last_snap_t >= self.config.snapshot_period:
                 self._take_snapshot()
             return
@@ -323,6 +418,8 @@ class VelocityEkf:
             self._take_snapshot()
 
     def _propagate_to(self, t: float, s: Sample) -> None:
+        """Propagate to ``t``, where the IMU reads ``s``, with the mean of the interval's bounding
+        samples (the mid-sample step that makes the scheme second order)."""
         dt = t - self._t
         s0 = self._sample if self._sample is not None else s
         if dt > 0.0:
@@ -339,6 +436,8 @@ class VelocityEkf:
             self._apply_event(m)
             return
         res = self.ekf.update_velocity_unchecked(m.z, m.cov, stamp=m.t)
+        if res.accepted:
+            self.last_update_time = max(m.t, self.last_update_time or -math.inf)
         if not m.counted:
             m.counted = True
             if res.accepted:
@@ -359,6 +458,8 @@ class VelocityEkf:
             m.counted = True
         else:
             res = self.ekf.update_displacement(m.t_start, m.z, m.cov, stamp=m.t)
+            if res.accepted:
+                self.last_update_time = max(m.t, self.last_update_time or -math.inf)
             if not m.counted:
                 m.counted = True
                 self.stats.disp_applied += res.accepted
@@ -370,103 +471,22 @@ class VelocityEkf:
         self._applied.append(m)
         self._take_snapshot()
 
-    def _event_at(self, t: float, kind: int, where: list[Event] | None = None) -> Event | None:
-        """The pending or applied (or only those in ``where``) event of ``kind`` stamped ``t``."""
-        events = where if where is not None else (*self._pending, *self._applied)
-        return next((e for e in events if e.kind == kind and e.t == t), None)
-
-    def _schedule(self, events: list[Event], replay_from: Event | None = None) -> bool:
-        """Queue clone/displacement events; those at or before the state time (or ``replay_from``)
-        are applied by re-propagation from the newest snapshot that precedes them."""
-        past = [e for e in events if e.t <= self._t] + ([replay_from] if replay_from else [])
-        if not past:
-            self._pending = sorted([*self._pending, *events])
-            return True
-        ok = self._replay(min(past), events)
-        counter = "disp_late" if ok else "disp_too_old"
-        setattr(self.stats, counter, getattr(self.stats, counter) + 1)
-        return ok
-
-    def _apply_late(self, m: Event) -> bool:
-        ok = self._replay(m, [m])
-        if ok:
-            self.stats.meas_late += 1
-        else:
-            self.stats.meas_too_old += 1
-        return ok
-
-    def _replay(self, first: Event, new: list[Event]) -> bool:
-        """Restore the newest snapshot before ``first`` (at its stamp only when no later-ordered event
-        was applied there), queue ``new`` and re-apply IMU and events after it."""
-        snap = None
-        for cand in reversed(self._snaps):
-            if cand.t < first.t or (cand.t == first.t and not any(a.t == first.t and a > first for a in self._applied)):
-                snap = cand
-                break
-        if snap is None:
+    def _try_align(self, m: Event) -> bool:
+        """``init_mode: align``: start at the newest IMU sample with the measurement's velocity."""
+        if not self._start_aligned(self._align.align(m.z, 0.5 * self.config.init_window)):
+            self.stats.meas_before_init += 1
             return False
-        # restore the snapshot, forget everything after it, then replay IMU + measurements
-        while self._snaps[-1] is not snap:
-            self._snaps.pop()
-        self._last_snap_t = snap.t
-        self.ekf.reset(snap.state, snap.cov)
-        if snap.clones is not None:
-            self.ekf.set_clones(snap.clones)
-        self._t = snap.t
-        self._sample = snap.sample
-        redo = [a for a in self._applied if a.t > snap.t]
-        while self._applied and self._applied[-1].t > snap.t:
-            self._applied.pop()
-        if self.keep_updates:
-            while self.updates and self.updates[-1].stamp > snap.t:
-                self.updates.pop()
-            while self.displacement_updates and self.displacement_updates[-1].stamp > snap.t:
-                self.displacement_updates.pop()
-        self._pending = sorted([*redo, *new, *self._pending])
-        while self._pending and self._pending[0].t == self._t:
-            self._apply(self._pending.pop(0))
-        for t_imu, s in [item for item in self._imu if item[0] > snap.t]:
-            self._advance(t_imu, s)
         return True
 
-    def _take_snapshot(self) -> None:
-        """Store the state at ``self._t`` (re-propagation start point) and drop expired history."""
-        clones = self.ekf.clones.copy() if len(self.ekf.clones) else None
-        self._snaps.append(Snapshot(self._t, self.ekf.state.copy(), self.ekf.cov.copy(), self._sample, clones))
-        self._last_snap_t = self._t
-        self._prune(self._t)
-
-    def _prune(self, t_now: float) -> None:
-        """Drop history older than ``history_length`` (keeping one snapshot at or before it)."""
-        horizon = t_now - self.config.history_length
-        snaps = self._snaps
-        while len(snaps) > 1 and snaps[1].t <= horizon:
-            snaps.popleft()
-        t_oldest = snaps[0].t
-        while self._imu and self._imu[0][0] <= t_oldest:
-            self._imu.popleft()
-        while self._applied and self._applied[0].t <= t_oldest:
-            self._applied.popleft()
-
-    def _is_duplicate(self, t: float) -> bool:
-        i = bisect.bisect_left(self._pending, Event(t, None, None))  # type: ignore[arg-type]
-        if i < len(self._pending) and self._pending[i].t == t and self._pending[i].kind == VELOCITY:
-            return True
-        return any(a.t == t and a.kind == VELOCITY for a in reversed(self._applied))
-
-    def _try_align(self, m: Event) -> bool:
-        buf = self._init_buf
-        span = buf[-1][0] - buf[0][0] if len(buf) >= 2 else 0.0
-        if span < 0.5 * self.config.init_window:
-            self.stats.meas_before_init += 1
+    def _start_aligned(self, out: tuple[float, Sample, NavState] | ImuFault | None) -> bool:
+        """Initialise from an :meth:`AlignmentWindow.align` result; count a refusal."""
+        if out is None:
             return False
-        acc = np.array([s[0:3] for _, s in buf])
-        try:
-            state = state_from_alignment(acc, m.z, yaw=self.config.init_yaw, gravity=self.config.gravity)
-        except ValueError:
-            self.stats.meas_before_init += 1
+        if isinstance(out, ImuFault):
+            self.init_fault = out
+            self.stats.init_refused += 1
             return False
-        t_last, s_last = buf[-1]
+        t_last, s_last, state = out
         self.initialize(t_last, state)
         self._sample = s_last
         return True

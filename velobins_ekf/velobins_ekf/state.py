@@ -92,3 +92,33 @@ def initial_covariance(config: EkfConfig, rot: np.ndarray) -> np.ndarray:
     p[BA, BA] = np.eye(3) * config.init_sigma_acc_bias**2
     p[BG, BG] = np.eye(3) * config.init_sigma_gyro_bias**2
     return p
+
+
+def with_pose(
+    state: NavState, cov: np.ndarray, pos: np.ndarray, rot: np.ndarray, cov6: np.ndarray | None, config: EkfConfig
+) -> tuple[NavState, np.ndarray]:
+    """``state`` and ``cov`` with the pose replaced (robot_localization's set_pose): position ``pos``,
+    attitude ``rot``, pose covariance ``cov6`` (6x6, ROS order ``x, y, z, rotX, rotY, rotZ`` with the
+    rotation error about the world axes, ``δθ_w = R δθ``), uncorrelated with velocity and biases, which
+    keep their values and blocks. A ``cov6`` that is None or not positive definite gives the initial
+    sigmas' pose block (``ros2 topic pub`` sends zeros by default). Copies; the inputs are not changed.
+    """
+    out = state.copy()
+    out.pos, out.rot = np.array(pos, dtype=np.float64), np.array(rot, dtype=np.float64)
+    c6 = None if cov6 is None else np.asarray(cov6, dtype=np.float64).reshape(6, 6)
+    if c6 is not None:
+        c6 = 0.5 * (c6 + c6.T)
+        if not np.all(np.isfinite(c6)) or np.linalg.eigvalsh(c6)[0] <= 0.0:
+            c6 = None
+    idx = np.r_[6:9, 0:3]  # the filter's (POS, ROT) error, in the order of the ROS pose error
+    back = np.zeros((6, 6))  # (δp, δθ) = back (δp, δθ_w)
+    back[0:3, 0:3] = np.eye(3)
+    back[3:6, 3:6] = out.rot.T
+    p = np.array(cov, dtype=np.float64)
+    p[idx, :] = 0.0
+    p[:, idx] = 0.0
+    if c6 is None:
+        p[np.ix_(idx, idx)] = initial_covariance(config, out.rot)[np.ix_(idx, idx)]
+    else:
+        p[np.ix_(idx, idx)] = back @ c6 @ back.T
+    return out, p
