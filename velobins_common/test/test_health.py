@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -13,9 +14,14 @@ from velobins_common.health import (
     STALE,
     WARN,
     CountDelta,
+    EkfLimits,
+    EkfView,
+    LatencyMeter,
     NisMonitor,
     RateMeter,
+    SampleLoss,
     SilenceAlarm,
+    Status,
     Stream,
     chi2_cdf,
     chi2_quantile,
@@ -46,22 +52,48 @@ def test_chi2_quantiles_match_tables() -> None:
     assert chi2_quantile(0.5, 300) == pytest.approx(299.33, abs=0.01)
 
 
-def test_nis_monitor_consistent_and_inconsistent() -> None:
+def test_nis_test_quiet_when_consistent_or_conservative_raised_when_overconfident_with_hysteresis() -> None:
     rng = np.random.default_rng(1)
-    consistent = NisMonitor(window=400)
-    for x in (rng.normal(size=(400, 3)) ** 2).sum(axis=1):
+    consistent = NisMonitor(window=40)
+    for x in (rng.normal(size=(4000, 3)) ** 2).sum(axis=1):
         consistent.add(float(x))
-    assert consistent.share_inside() == pytest.approx(0.95, abs=0.03)
-    lo, hi = consistent.mean_bounds()
-    assert lo < consistent.mean() < hi and lo < 3.0 < hi
-    overconfident = NisMonitor(window=50)
-    for x in (rng.normal(size=(80, 3)) ** 2).sum(axis=1):
-        overconfident.add(10.0 * float(x))
-    overconfident.add(math.nan)  # ignored
-    assert len(overconfident) == 50 and overconfident.total == 80
-    assert overconfident.share_inside() < 0.5
-    assert overconfident.mean() > overconfident.mean_bounds()[1]
-    assert "NIS share inside" in overconfident.values()
+    # white χ²₃ NIS: at most a rare raise (probability 1e-3 per window), 100 windows here
+    assert consistent.raises <= 1 and consistent.share_inside() == pytest.approx(0.95, abs=0.05)
+    assert consistent.raise_sum == pytest.approx(chi2_quantile(0.999, 120))
+    conservative = NisMonitor(window=40)  # a covariance 3x too large: NIS around 1
+    for x in (rng.normal(size=(400, 3)) ** 2).sum(axis=1):
+        conservative.add(float(x) / 3.0)
+    assert conservative.raises == 0 and not conservative.raised
+    mon = NisMonitor(window=10)
+    for _ in range(9):
+        mon.add(50.0)
+    assert not mon.raised  # not a full window yet
+    mon.add(50.0)
+    mon.add(math.nan)  # ignored
+    assert mon.raised and mon.raises == 1 and mon.total == 10 and "filter inconsistent" in mon.message()
+    for _ in range(5):  # window mean 26.5 -> well below the alarm of a window of 50s, above the median: stays
+        mon.add(3.0)
+    assert mon.raised
+    for _ in range(10):
+        mon.add(1.0)
+    assert not mon.raised and mon.raises == 1  # cleared below the median (mean ≈ 3)
+    assert "NIS alarms" in mon.values() and mon.values()["NIS mean"] == "1.000"
+
+
+def test_sample_loss_and_latency() -> None:
+    loss = SampleLoss(window=2.0)
+    stamps = np.arange(0.0, 3.0, 0.001)
+    keep = np.ones(stamps.size, bool)
+    keep[::10] = False  # 10 % lost
+    for t in stamps[keep]:
+        loss.add(float(t))
+    assert loss.loss() == pytest.approx(0.1, abs=0.01) and loss.period() == pytest.approx(0.001)
+    loss.add(0.5)  # stamps back (a bag loop): starts again
+    assert loss.loss() is None
+    lat = LatencyMeter()
+    for x in range(1, 101):
+        lat.add(x / 1000.0)
+    assert lat.percentile(0.5) == pytest.approx(0.051) and lat.percentile(0.95) == pytest.approx(0.096)
 
 
 def test_count_delta_reports_new_counts_and_survives_a_replaced_counter() -> None:
@@ -106,32 +138,54 @@ def test_net_status_states() -> None:
     assert dropping.level == WARN and "rotor_count ×2" in dropping.message
 
 
-def _ekf(imu_age=0.01, vel_age=0.02, initialised=True, nis=None, min_share=0.5, drops=None):
-    return ekf_status(
-        Stream("IMU", "/imu", imu_age),
-        Stream("velocity estimates", "/velobins/velocity", vel_age),
-        0.5,
-        initialised,
-        "the first velocity estimate",
-        nis or NisMonitor(window=10),
-        min_share,
-        drops or {},
+LIMITS = EkfLimits(0.5, 2.0, 0.5, 2.0, 5.0, 20.0, 0.5, 2.0, 0.05, 0.1)
+
+
+def _ekf(**changes):
+    view = EkfView(
+        imu=Stream("IMU", "/imu", 0.01),
+        measurements=Stream("velocity estimates", "/velobins/velocity", 0.02),
+        initialised=True,
+        waiting_for="the first velocity estimate",
+        imu_fault=None,
+        since_update=0.05,
+        pos_sigma=0.2,
+        vel_sigma=0.1,
+        nis=NisMonitor(window=10),
+        event=None,
+        imu_loss=0.0,
+        latency_p95=0.01,
+        drops={},
     )
+    return ekf_status(dataclasses.replace(view, **changes), LIMITS)
 
 
 def test_ekf_status_states() -> None:
-    assert _ekf().level == OK
-    assert _ekf(imu_age=None).level == STALE
-    assert _ekf(imu_age=2.0).message == "no IMU on /imu for 2.0 s"
+    assert _ekf() == Status(OK, "tracking")
+    assert _ekf(imu=Stream("IMU", "/imu", None)).level == STALE
+    assert _ekf(imu=Stream("IMU", "/imu", 1.0)) == Status(WARN, "no IMU on /imu for 1.0 s")
+    stopped = _ekf(imu=Stream("IMU", "/imu", 2.5))
+    assert stopped.level == ERROR and stopped.message.startswith("no IMU on /imu for 2.5 s")
+    fault = _ekf(imu_fault="IMU in g", initialised=False)
+    assert fault == Status(ERROR, "IMU in g")  # before "not initialised": it is why
     waiting = _ekf(initialised=False)
     assert waiting.level == WARN and waiting.message.startswith("not initialised")
-    no_vel = _ekf(vel_age=4.0)
+    silent = Stream("velocity estimates", "/velobins/velocity", 4.0)
+    no_vel = _ekf(measurements=silent, since_update=1.0)
     assert no_vel.level == WARN and "no velocity estimates on /velobins/velocity for 4.0 s" in no_vel.message
+    assert _ekf(measurements=silent, since_update=3.0).level == ERROR
+    assert _ekf(since_update=0.7).message == "no fused update for 0.7 s: IMU-only dead reckoning"
+    assert _ekf(pos_sigma=11.0).level == WARN and _ekf(pos_sigma=30.0).level == ERROR
+    assert _ekf(pos_sigma=30.0).message.startswith("position uncertain: σ 30.00 m > 20 m")
+    assert _ekf(vel_sigma=0.7).level == WARN and _ekf(vel_sigma=3.0).message.startswith("velocity uncertain")
     bad = NisMonitor(window=10)
     for _ in range(10):
         bad.add(50.0)
-    assert _ekf(nis=bad).message.startswith("filter inconsistent: 0% of the last 10 NIS")
-    assert _ekf(nis=bad, min_share=0.0).level == OK  # check disabled
+    assert _ekf(nis=bad).level == ERROR and _ekf(nis=bad).message.startswith("filter inconsistent")
+    assert _ekf(event="IMU gap of 2.0 s") == Status(WARN, "IMU gap of 2.0 s")
+    assert _ekf(imu_loss=0.2).message.startswith("losing 20% of the IMU samples")
+    assert _ekf(latency_p95=0.3).message.startswith("odometry late")
+    assert _ekf(drops={"x": 2}).level == WARN
 
 
 def test_silence_alarm_is_throttled_and_needs_fresh_input() -> None:

@@ -5,8 +5,11 @@ thin ROS side). Everything here takes the current time as an argument, so the te
 made-up clocks:
 
 * :class:`RateMeter`: arrivals of one input stream (rate over a sliding window, age of the last);
-* :class:`NisMonitor`: the normalised innovation squared of the last N filter updates against its
-  χ² bounds (share inside the two-sided interval, mean NIS and the interval of that mean);
+* :class:`SampleLoss`: the share of a stream's samples missing, told by the gaps in its stamps (so
+  the expected rate needs no configuration and holds at any replay speed);
+* :class:`LatencyMeter`: percentiles of a delay (IMU stamp -> odometry publish);
+* :class:`NisMonitor`: a windowed χ² test of the filter's normalised innovation squared, with
+  hysteresis;
 * :func:`net_status` / :func:`ekf_status`: the level and the message that names the cause, in a
   fixed order of precedence (the first problem that explains the others wins);
 * :class:`SilenceAlarm`: when to log "no output for X s" while the inputs still arrive (throttled).
@@ -78,6 +81,63 @@ class RateMeter:
         return None if self.last is None else now - self.last
 
 
+class SampleLoss:
+    """Share of a stream's samples missing over the last ``window`` seconds of its stamps.
+
+    The stream's period is the median spacing of its recent stamps (robust to a minority of
+    holes); the samples expected over the stamps' span are ``span / period + 1``, those received
+    are counted. Lost in transport, dropped by a full queue or never sent: a hole in the stamps
+    is a loss, whatever the replay speed.
+    """
+
+    def __init__(self, window: float = 2.0, min_samples: int = 10):
+        self.window, self.min_samples = window, min_samples
+        self._stamps: deque[float] = deque()
+
+    def add(self, stamp: float) -> None:
+        """One received sample's stamp [s]; a stamp going back (a bag loop) starts again."""
+        st = self._stamps
+        if st and stamp <= st[-1]:
+            st.clear()
+        st.append(stamp)
+        while st[0] < stamp - self.window:
+            st.popleft()
+
+    def period(self) -> float | None:
+        """Median stamp spacing [s]; None with fewer than ``min_samples`` stamps."""
+        st = self._stamps
+        if len(st) < self.min_samples:
+            return None
+        diffs = sorted(b - a for a, b in zip(st, list(st)[1:], strict=False))
+        return diffs[len(diffs) // 2]
+
+    def loss(self) -> float | None:
+        """Share of the samples expected from the stamps that did not arrive, in [0, 1); None while unknown."""
+        period = self.period()
+        if period is None or period <= 0:
+            return None
+        expected = (self._stamps[-1] - self._stamps[0]) / period + 1.0
+        return max(0.0, 1.0 - len(self._stamps) / expected)
+
+
+class LatencyMeter:
+    """The last ``size`` values of a delay [s] and their percentiles."""
+
+    def __init__(self, size: int = 500):
+        self._values: deque[float] = deque(maxlen=size)
+
+    def add(self, seconds: float) -> None:
+        if math.isfinite(seconds):
+            self._values.append(seconds)
+
+    def percentile(self, q: float) -> float | None:
+        """The ``q`` quantile (0..1, nearest rank) of the kept values; None when there are none."""
+        if not self._values:
+            return None
+        ordered = sorted(self._values)
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
 class CountDelta:
     """What a growing counter gained since the previous call (so a status shows new drops only).
 
@@ -131,62 +191,94 @@ def chi2_quantile(p: float, dof: int) -> float:
 
 
 class NisMonitor:
-    """NIS of the last ``window`` updates against the χ²(dof) interval of probability ``coverage``.
+    """Consistency of a filter: a windowed χ² test of the NIS of its last ``window`` updates, with hysteresis.
 
-    A consistent filter has about ``coverage`` of its NIS values inside ``[lower, upper]`` and a mean
-    NIS near ``dof``; the mean of n values has its own interval, χ²(n·dof)/n.
+    For a consistent filter with independent innovations of ``dof`` dimensions, the sum of the last
+    ``window`` NIS values is χ²(window · dof). The test is one-sided: a filter that trusts a wrong
+    state (an IMU in the wrong unit or frame, a model outside its domain) has innovations far larger
+    than their covariance says, so the sum grows; a conservative measurement covariance (NIS below
+    dof, as a bin distribution's variance often is) is not a fault and only shows in the values.
+
+    * :attr:`raised` becomes True when a full window's sum exceeds the χ²(window · dof) quantile of
+      probability ``1 − alarm_probability``: a false alarm per window at most that likely for white
+      innovations (a network's are correlated, which is why the probability is small);
+    * it clears only once the sum has fallen back below the median of that distribution (a mean NIS
+      of about ``dof``): hysteresis, so a filter at the edge does not flap.
     """
 
-    def __init__(self, window: int = 100, dof: int = 3, coverage: float = 0.95):
+    def __init__(self, window: int = 40, dof: int = 3, alarm_probability: float = 1e-3, coverage: float = 0.95):
         self.window, self.dof, self.coverage = window, dof, coverage
+        self.alarm_probability = alarm_probability
         tail = 0.5 * (1.0 - coverage)
         self.lower = chi2_quantile(tail, dof)
         self.upper = chi2_quantile(1.0 - tail, dof)
+        self.raise_sum = chi2_quantile(1.0 - alarm_probability, window * dof)
+        self.clear_sum = chi2_quantile(0.5, window * dof)
         self._values: deque[float] = deque(maxlen=window)
-        self._mean_bounds: dict[int, tuple[float, float]] = {}
+        self._sum = 0.0
+        self.raised = False
+        self.raises = 0
         self.total = 0
 
     def add(self, nis: float) -> None:
-        """One update's NIS (non-finite values are ignored)."""
-        if math.isfinite(nis):
-            self._values.append(float(nis))
-            self.total += 1
+        """One update's NIS (non-finite values are ignored); updates :attr:`raised`."""
+        if not math.isfinite(nis):
+            return
+        if len(self._values) == self.window:
+            self._sum -= self._values[0]
+        self._values.append(float(nis))
+        self._sum += float(nis)
+        self.total += 1
+        if len(self._values) < self.window:
+            return
+        total = sum(self._values) if self.total % self.window == 0 else self._sum  # bound round-off drift
+        self._sum = total
+        if not self.raised and total > self.raise_sum:
+            self.raised = True
+            self.raises += 1
+        elif self.raised and total < self.clear_sum:
+            self.raised = False
+
+    def reset(self) -> None:
+        """Forget the window (a restarted filter); the raise count is kept."""
+        self._values.clear()
+        self._sum = 0.0
+        self.raised = False
 
     def __len__(self) -> int:
         return len(self._values)
 
     def share_inside(self) -> float | None:
-        """Fraction of the kept values inside ``[lower, upper]``; None when there are none."""
+        """Fraction of the kept values inside the two-sided ``coverage`` interval; None when there are none."""
         if not self._values:
             return None
         return sum(self.lower <= v <= self.upper for v in self._values) / len(self._values)
 
     def mean(self) -> float | None:
         """Mean of the kept values; None when there are none."""
-        return sum(self._values) / len(self._values) if self._values else None
+        return self._sum / len(self._values) if self._values else None
 
-    def mean_bounds(self) -> tuple[float, float] | None:
-        """Interval (probability ``coverage``) of the mean of the kept values: χ²(n·dof)/n."""
-        n = len(self._values)
-        if n == 0:
-            return None
-        if n not in self._mean_bounds:
-            tail = 0.5 * (1.0 - self.coverage)
-            k = n * self.dof
-            self._mean_bounds[n] = (chi2_quantile(tail, k) / n, chi2_quantile(1.0 - tail, k) / n)
-        return self._mean_bounds[n]
+    def message(self) -> str:
+        """What a raised test says."""
+        return (
+            f"filter inconsistent: mean NIS {self.mean():.2f} over the last {len(self)} updates > "
+            f"{self.raise_sum / self.window:.2f} (χ²{self.window * self.dof} at {1 - self.alarm_probability:.1%}, "
+            f"consistent ≈ {self.dof}): the IMU and the network disagree (IMU unit or frame, a model outside "
+            "its training domain)"
+        )
 
     def values(self) -> dict[str, str]:
         """Key-values for a diagnostic status."""
         out = {
             "NIS updates (window)": str(len(self._values)),
             f"NIS {self.coverage:.0%} interval (χ²{self.dof})": f"[{self.lower:.3f}, {self.upper:.3f}]",
+            "NIS window mean alarm above": f"{self.raise_sum / self.window:.3f}",
+            "NIS alarms": str(self.raises),
         }
-        share, mean, bounds = self.share_inside(), self.mean(), self.mean_bounds()
-        if share is not None and mean is not None and bounds is not None:
+        share, mean = self.share_inside(), self.mean()
+        if share is not None and mean is not None:
             out["NIS share inside"] = f"{share:.2f}"
             out["NIS mean"] = f"{mean:.3f}"
-            out["NIS mean interval"] = f"[{bounds[0]:.3f}, {bounds[1]:.3f}]"
         return out
 
 
@@ -216,10 +308,13 @@ def _missing(stream: Stream) -> str:
     return f"no {stream.label} on {stream.topic} for {stream.age:.1f} s"
 
 
-def imu_status(imu: Stream, timeout: float) -> Status | None:
-    """STALE before the first IMU message, WARN when it stopped for more than ``timeout`` [s]."""
+def imu_status(imu: Stream, timeout: float, error_after: float = math.inf) -> Status | None:
+    """STALE before the first IMU message, WARN when it stopped for more than ``timeout`` [s],
+    ERROR after ``error_after`` [s]."""
     if imu.age is None:
         return Status(STALE, f"{_missing(imu)} yet")
+    if imu.age > error_after:
+        return Status(ERROR, _missing(imu) + ": no propagation, no odometry")
     if imu.age > timeout:
         return Status(WARN, _missing(imu))
     return None
@@ -273,42 +368,97 @@ def net_status(
     return _dropping(drops) or Status(OK, "estimating")
 
 
-def ekf_status(
-    imu: Stream,
-    velocity: Stream,
-    timeout: float,
-    initialised: bool,
-    waiting_for: str,
-    nis: NisMonitor,
-    nis_min_share: float,
-    drops: Mapping[str, int],
-) -> Status:
-    """The EKF node's state, first cause first.
+@dataclass(frozen=True)
+class EkfLimits:
+    """Thresholds of :func:`ekf_status` (the EKF node's parameters of the same names; seconds, metres, m/s)."""
 
-    Args:
-        imu, velocity: the input streams (``timeout`` [s] without a message = stopped).
-        initialised: whether the filter has a state.
-        waiting_for: what initialisation waits for, for the message.
-        nis: the running NIS of the recent updates.
-        nis_min_share: a full NIS window with less than this share inside the interval is a WARN
-            (0 disables the check).
+    input_timeout: float
+    imu_error_after: float
+    update_warn_after: float
+    update_error_after: float
+    pos_sigma_warn: float
+    pos_sigma_error: float
+    vel_sigma_warn: float
+    vel_sigma_error: float
+    imu_loss_warn: float
+    latency_warn: float
+
+
+@dataclass(frozen=True)
+class EkfView:
+    """What :func:`ekf_status` decides on: the node's inputs and the filter's state, now.
+
+    Attributes:
+        imu, measurements: the input streams (the network's velocities or displacements).
+        initialised: whether the filter has a state; ``waiting_for`` says what its start waits for.
+        imu_fault: why the IMU is implausible (unit, frame; the filter's own check), or None.
+        since_update: seconds of IMU time since the last fused update (or since the filter started).
+        pos_sigma, vel_sigma: largest per-axis standard deviation of position [m] and velocity [m/s].
+        nis: the windowed consistency test of the updates.
+        event: a recent event to report (a hold over an IMU gap, a restart, a pose set), or None.
+        imu_loss: share of IMU samples missing from the stamps (None: unknown yet).
+        latency_p95: 95th percentile of IMU stamp -> odometry publish [s] (None: none yet).
         drops: inputs dropped since the last decision, by reason.
     """
-    bad = imu_status(imu, timeout)
+
+    imu: Stream
+    measurements: Stream
+    initialised: bool
+    waiting_for: str
+    imu_fault: str | None
+    since_update: float | None
+    pos_sigma: float | None
+    vel_sigma: float | None
+    nis: NisMonitor
+    event: str | None
+    imu_loss: float | None
+    latency_p95: float | None
+    drops: Mapping[str, int]
+
+
+def ekf_status(view: EkfView, limits: EkfLimits) -> Status:
+    """The EKF node's state, first cause first (the table in docs/ros_interface.md).
+
+    Precedence: IMU missing; IMU implausible (ERROR, named); not initialised; no fused update for
+    long (dead reckoning: WARN, then ERROR); covariance beyond its bounds (WARN, then ERROR);
+    consistency test raised (ERROR); a recent hold, restart or pose set (WARN); IMU samples lost or
+    odometry late (WARN); inputs dropped (WARN); else OK.
+    """
+    v, lim = view, limits
+    bad = imu_status(v.imu, lim.input_timeout, lim.imu_error_after)
     if bad is not None:
         return bad
-    if not initialised:
-        return Status(WARN, f"not initialised: waiting for {waiting_for}")
-    if _silent(velocity.age, timeout):
-        return Status(WARN, f"{_missing(velocity)}: IMU-only dead reckoning")
-    share = nis.share_inside()
-    if nis_min_share > 0 and len(nis) >= nis.window and share is not None and share < nis_min_share:
+    if v.imu_fault:
+        return Status(ERROR, v.imu_fault)
+    if not v.initialised:
+        return Status(WARN, f"not initialised: waiting for {v.waiting_for}")
+    silent = _silent(v.measurements.age, lim.input_timeout)
+    if v.since_update is not None and (v.since_update > lim.update_warn_after or silent):
+        level = ERROR if v.since_update > lim.update_error_after else WARN
+        why = f" ({_missing(v.measurements)})" if silent else ""
+        return Status(level, f"no fused update for {v.since_update:.1f} s{why}: IMU-only dead reckoning")
+    for name, sigma, warn, error, unit in (
+        ("position", v.pos_sigma, lim.pos_sigma_warn, lim.pos_sigma_error, "m"),
+        ("velocity", v.vel_sigma, lim.vel_sigma_warn, lim.vel_sigma_error, "m/s"),
+    ):
+        if sigma is not None and sigma > warn:
+            bound = error if sigma > error else warn
+            return Status(
+                ERROR if sigma > error else WARN,
+                f"{name} uncertain: σ {sigma:.2f} {unit} > {bound:g} {unit} (after dead reckoning or a hold; "
+                "set_pose or reset to restart it)",
+            )
+    if v.nis.raised:
+        return Status(ERROR, v.nis.message())
+    if v.event:
+        return Status(WARN, v.event)
+    if v.imu_loss is not None and v.imu_loss > lim.imu_loss_warn:
         return Status(
-            WARN,
-            f"filter inconsistent: {share:.0%} of the last {len(nis)} NIS inside the χ²{nis.dof} "
-            f"{nis.coverage:.0%} interval (mean {nis.mean():.2f})",
+            WARN, f"losing {v.imu_loss:.0%} of the IMU samples (holes in the stamps): the node or the link falls behind"
         )
-    return _dropping(drops) or Status(OK, "tracking")
+    if v.latency_p95 is not None and v.latency_p95 > lim.latency_warn:
+        return Status(WARN, f"odometry late: 95 % of IMU stamp -> publish within {v.latency_p95 * 1000:.0f} ms")
+    return _dropping(v.drops) or Status(OK, "tracking")
 
 
 class SilenceAlarm:

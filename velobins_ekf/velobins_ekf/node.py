@@ -17,11 +17,17 @@ shorter, later ones are dropped as ``filter_disp_too_old``). Topic names are rel
   is in the world frame): the state right after each velocity or displacement update, at the
   measurement stamp (a displacement's window end): fused position and orientation, fused world
   velocity and its covariance (what the evaluation scores per update: ATE/RTE samples, NEES);
-* ``/diagnostics`` every ``diagnostics_period``: input rates, drops by reason (the node's and the
-  filter's), initialised, resets, age of the last odometry, and the NIS of the last ``nis_window``
-  updates against its χ²₃ bounds, with a level and a message naming the cause
-  (:func:`velobins_common.health.ekf_status`); a throttled WARN when no odometry goes out for
-  ``silence_warn_after`` s while IMU arrives.
+* ``/diagnostics`` every ``diagnostics_period``: input rates, IMU samples lost (holes in the stamps),
+  the latency IMU stamp -> odometry publish, drops by reason (the node's and the filter's), restarts,
+  holds and pose sets, the position and velocity σ, the time since the last fused update and a
+  windowed χ² test of the NIS, with a level and a message naming the cause
+  (:func:`velobins_common.health.ekf_status`; docs/ros_interface.md has the table); a throttled WARN
+  when no odometry goes out for ``silence_warn_after`` s while IMU arrives.
+
+Services: ``reset`` (``std_srvs/Trigger``: the filter restarts and initialises again per
+``init_mode``) and the ``set_pose`` topic (``geometry_msgs/PoseWithCovarianceStamped``, as
+robot_localization names it: position, attitude and their covariance; velocity and biases kept).
+robot_localization's ``SetPose`` service type is not installable here, so set_pose is the topic only.
 
 Initialisation: ``init_mode: align`` (on a vehicle: gravity alignment from the first IMU samples,
 velocity from the first network velocity), ``align_at_rest`` (gravity alignment over the first
@@ -31,48 +37,45 @@ measurement 'align' waits for) or ``ground_truth`` (evaluation: the state of the
 ``ground_truth_topic`` message, as the paper starts the filter). IMU stamps jumping back by more
 than ``time_jump_reset`` (bag loop) restart the filter the same way. Parameters marked live
 (output rates, path, TF, the filter's noise model and gate) can be changed with ``ros2 param set``.
+
+Real time: IMU callbacks only feed the filter, which queues the intervals and integrates them as a
+block when the odometry (``odom_rate``) reads the state (:mod:`velobins_ekf.batch`); the node spins
+on rclpy's ``EventsExecutor`` (``executor: events``), which takes a message at a fraction of the
+wait-set executor's cost. A full IMU queue (``input_queue_depth``) drops the oldest samples (DDS
+KEEP_LAST): the holes in the stamps count them (``IMU samples lost``) and the diagnostics show the loss.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from geometry_msgs.msg import PoseStamped, TransformStamped
-from nav_msgs.msg import Odometry, Path
+import rclpy
+from geometry_msgs.msg import PoseWithCovarianceStamped
+from nav_msgs.msg import Odometry
 from rclpy.node import Node
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import Imu
+from std_srvs.srv import Trigger
 
 from velobins_common.fields import param
-from velobins_common.health import CountDelta, NisMonitor, RateMeter, SilenceAlarm, Status, Stream, ekf_status
 from velobins_msgs.msg import Displacement, VelocityEstimate
-from velobins_ros import (
-    RELIABLE_QOS,
-    DropCounter,
-    declare_config,
-    run_node,
-    sec_to_stamp,
-    sensor_qos,
-    set_xyz,
-    stamp_to_sec,
-)
-from velobins_ros.health import Diagnostics, count_values, stream_values
+from velobins_ros import RELIABLE_QOS, DropCounter, declare_config, run_node, running, sensor_qos, stamp_to_sec
 from velobins_ros.imu_frame import DEFAULT_IMU_FRAME_TIMEOUT, ImuFrame
 
 from .config import DISPLACEMENT_HISTORY_MARGIN, EkfConfig
 from .ekf import NavState
-from .initial_state import state_from_alignment
+from .events import EVENT_COUNTERS, USED_COUNTERS
+from .node_health import EkfHealth
+from .outputs import Outputs
 from .runner import VelocityEkf
-from .so3 import matrix_to_quat
+from .so3 import matrix_to_quat, quat_to_matrix
 
 INIT_MODES = ("align", "align_at_rest", "ground_truth")
 """How the filter starts (parameter ``init_mode``)."""
-FILTER_COUNTS_NOT_DROPS = ("imu_used", "meas_applied", "meas_late", "disp_applied", "disp_late")
-"""FilterStats counters of inputs used (a late one too): the others count inputs the filter refused."""
+EXECUTORS = ("events", "single_threaded")
+"""How the node spins (parameter ``executor``)."""
 
 
 @dataclass(frozen=True)
@@ -132,23 +135,55 @@ class EkfNodeConfig:
     """Poses kept in the path (oldest dropped first)."""
     path_publish_period: float = param(1.0, min=0.0, max=3600.0, live=True)
     """IMU-time spacing of path messages [s]: the whole path is re-sent each time, so not per pose."""
+    set_pose_topic: str = param("set_pose")
+    """Input geometry_msgs/PoseWithCovarianceStamped (robot_localization's set_pose): sets position, attitude
+    and their covariance (frame odom_frame; all-zero covariance = the initial sigmas); empty disables it."""
+    reset_service: str = param("reset")
+    """std_srvs/Trigger service that restarts the filter (it initialises again per init_mode); empty disables it."""
     output_queue_depth: int = param(10, min=1, max=100000)
     """History depth of the reliable outputs (DESIGN: 10); evaluation raises it so a busy recorder loses nothing."""
     time_jump_reset: float = param(0.5, min=0.0, max=3600.0, live=True)
     """IMU stamps going back by more than this [s] restart the filter (bag loop, clock reset)."""
-    input_queue_depth: int = param(200, min=1, max=100000)
-    """Queue depth of the IMU subscription (deep enough for fast replay)."""
+    input_queue_depth: int = param(1000, min=1, max=100000)
+    """Queue depth of the IMU subscription: 1 s at 1 kHz, so a stall or a fast replay loses nothing; when it is
+    full the oldest samples go first (counted as IMU samples lost)."""
+    executor: str = param("events", choices=EXECUTORS)
+    """'events' (rclpy's EventsExecutor: a message taken at a fraction of the cost) or 'single_threaded'
+    (rclpy's wait-set executor, the setting before; benchmarks/bench_ekf_node.py compares them)."""
     diagnostics_period: float = param(1.0, min=0.05, max=60.0)
     """Seconds (wall) between the node's diagnostic_msgs/DiagnosticArray messages on /diagnostics."""
     input_timeout: float = param(0.5, min=0.01, max=60.0, live=True)
-    """Wall seconds without a message after which an input stream counts as stopped (diagnostics)."""
+    """Wall seconds without a message after which an input stream counts as stopped (diagnostics: WARN)."""
+    imu_error_after: float = param(2.0, min=0.01, max=3600.0, live=True)
+    """Wall seconds without IMU after which the diagnostics say ERROR (no propagation, no odometry)."""
+    update_warn_after: float = param(0.5, min=0.01, max=3600.0, live=True)
+    """Seconds of IMU time without a fused velocity or displacement update before a WARN (dead reckoning)."""
+    update_error_after: float = param(2.0, min=0.01, max=3600.0, live=True)
+    """Seconds of IMU time without a fused update before an ERROR (IMU-only drift grows with t²)."""
+    pos_sigma_warn: float = param(5.0, min=0.0, max=1e6, live=True)
+    """Position standard deviation [m] (largest axis) above which the diagnostics WARN. Nominal flights with
+    the shipped model stay below 0.3 m over 20 s; position is unobservable, so σ grows slowly with time."""
+    pos_sigma_error: float = param(20.0, min=0.0, max=1e6, live=True)
+    """Position standard deviation [m] above which they say ERROR (10 s of dead reckoning reach 25–40 m)."""
+    vel_sigma_warn: float = param(0.5, min=0.0, max=1e6, live=True)
+    """Velocity standard deviation [m/s] (largest axis) above which the diagnostics WARN (nominal: < 0.2)."""
+    vel_sigma_error: float = param(2.0, min=0.0, max=1e6, live=True)
+    """Velocity standard deviation [m/s] above which they say ERROR."""
+    imu_loss_warn: float = param(0.05, min=0.0, max=1.0, live=True)
+    """Share of IMU samples missing from the stamps (last 2 s) above which the diagnostics WARN."""
+    latency_warn: float = param(0.1, min=0.0, max=60.0, live=True)
+    """95th percentile [s] of IMU stamp -> odometry publish above which the diagnostics WARN."""
+    event_report_time: float = param(5.0, min=0.0, max=3600.0, live=True)
+    """Wall seconds a hold over an IMU gap, a restart or a set pose stays in the diagnostics (WARN)."""
     silence_warn_after: float = param(2.0, min=0.1, max=3600.0, live=True)
     """Wall seconds without odometry while IMU arrives before a (throttled) WARN naming the cause."""
-    nis_window: int = param(100, min=1, max=100000)
-    """Velocity updates whose NIS (normalised innovation squared) the diagnostics summarise."""
-    nis_min_share: float = param(0.5, min=0.0, max=1.0, live=True)
-    """A full NIS window with less than this share inside the χ²₃ 95 % interval is a WARN
-    (a consistent filter has 95 %); 0 disables the check."""
+    nis_window: int = param(60, min=1, max=100000)
+    """Updates whose NIS (normalised innovation squared) the consistency test sums: 3 s at 20 Hz. The shipped
+    model's largest 60-update mean NIS on the demo flights is 2.5 against an alarm at 4.07; an FRD IMU or an
+    IMU in g raise it at the first full window (benchmarks/bench_nis_check.py)."""
+    nis_alarm_probability: float = param(1e-3, min=1e-12, max=0.5)
+    """The test raises (ERROR) when the window's NIS sum exceeds its χ²(3·nis_window) quantile of 1 − this
+    probability, and clears once the sum is back below the median (hysteresis)."""
 
 
 class EkfNode(Node):
@@ -163,28 +198,16 @@ class EkfNode(Node):
         self.imu_frame = ImuFrame(
             self, self.base_frame, cfg.imu_to_body, self.drops, cfg.imu_frame_timeout, frame_prefix=cfg.frame_prefix
         )
-        self.filter = self._new_filter()
+        # update records are kept whether published or not: the diagnostics' NIS comes from them
+        self.filter = VelocityEkf(self.filter_config, keep_updates=True)
         # Warm the filter's lazy imports (scipy's rotations) now: on the first odometry they stalled
         # the callback long enough to overflow the IMU queue during a fast replay.
         matrix_to_quat(np.eye(3))
         self._last_imu_t: float | None = None
-        self._last_odom_t = -math.inf
-        self._last_path_t = -math.inf
-        self._last_path_pub_t = -math.inf
-        self._last_update_t = -math.inf
         self._last_gyro = np.zeros(3)
         self._dt = 0.01
-        self.resets = 0
-
-        out_qos = QoSProfile(depth=cfg.output_queue_depth, reliability=ReliabilityPolicy.RELIABLE)
-        self.odom_pub = self.create_publisher(Odometry, cfg.odometry_topic, out_qos)
-        self.path_pub = self.create_publisher(Path, cfg.path_topic, RELIABLE_QOS) if cfg.path_topic else None
-        self.update_pub = None
-        if cfg.update_topic:
-            self.update_pub = self.create_publisher(Odometry, cfg.update_topic, out_qos)
-        self.path = Path()
-        self.path.header.frame_id = self.odom_frame
-        self._tf = self._make_tf_broadcaster() if cfg.publish_tf else None
+        self._history_checked = False
+        self.out = Outputs(self, self.odom_frame, self.base_frame)
         self.imu_sub = self.create_subscription(Imu, cfg.imu_topic, self.on_imu, sensor_qos(cfg.input_queue_depth))
         self.velocity_sub = self.create_subscription(
             VelocityEstimate, cfg.velocity_topic, self.on_velocity, RELIABLE_QOS
@@ -192,14 +215,16 @@ class EkfNode(Node):
         self.displacement_sub = self.create_subscription(
             Displacement, cfg.displacement_topic, self.on_displacement, RELIABLE_QOS
         )
-        self._history_checked = False
-        self._rest_acc: list[tuple[float, np.ndarray]] = []  # align_at_rest: body specific force since the start
         self.gt_sub = None
         if cfg.init_mode == "ground_truth":
             self.gt_sub = self.create_subscription(Odometry, cfg.ground_truth_topic, self.on_ground_truth, RELIABLE_QOS)
+        if cfg.set_pose_topic:
+            self.create_subscription(PoseWithCovarianceStamped, cfg.set_pose_topic, self.on_set_pose, RELIABLE_QOS)
+        if cfg.reset_service:
+            self.create_service(Trigger, cfg.reset_service, self.on_reset)
         self.create_timer(5.0, self.drops.maybe_log)
-        self._init_health()
-        self.get_logger().info(f"EKF ready: init_mode={cfg.init_mode}, publishing {self.odom_pub.topic_name}")
+        self.health = EkfHealth(self)
+        self.get_logger().info(f"EKF ready: init_mode={cfg.init_mode}, publishing {self.out.odom_pub.topic_name}")
 
     @property
     def odom_frame(self) -> str:
@@ -213,96 +238,51 @@ class EkfNode(Node):
 
     def _on_config(self, config: EkfNodeConfig) -> None:
         self.config = config
-        if config.publish_tf and self._tf is None:
-            self._tf = self._make_tf_broadcaster()  # kept when switched off again (publishing is gated)
-        if len(self.path.poses) > config.path_max_length:
-            del self.path.poses[: len(self.path.poses) - config.path_max_length]
+        self.out.configure()
+        self.health.base.set_silence_after(config.silence_warn_after)
 
     def _on_filter(self, config: EkfConfig) -> None:
         self.filter_config = config
         self.filter.set_config(config)
 
-    def _new_filter(self) -> VelocityEkf:
-        # update records are kept whether published or not: the diagnostics' NIS comes from them
-        return VelocityEkf(self.filter_config, keep_updates=True)
+    # ------------------------------------------------------------------ services
+    def on_reset(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
+        """``reset``: restart the filter; it initialises again per init_mode."""
+        self.restart("reset service")
+        response.success = True
+        response.message = (
+            f"filter restarted: it initialises again ({self.config.init_mode}: {self.health.waiting_for()})"
+        )
+        return response
 
-    # ------------------------------------------------------------------ health
-    def _init_health(self) -> None:
-        cfg = self.config
-        self.imu_meter, self.velocity_meter, self.displacement_meter = RateMeter(), RateMeter(), RateMeter()
-        self.nis = NisMonitor(cfg.nis_window)
-        self._last_out: float | None = None
-        self._new_drops = CountDelta()
-        self._alarm = SilenceAlarm(cfg.silence_warn_after)
-        self.diagnostics = Diagnostics(self, "EKF", self.base_frame, cfg.diagnostics_period, self.health)
-
-    def _measurements(self, now: float) -> Stream:
-        """The network's measurement stream: displacements once they came last, else velocities."""
-        vel, disp = self.velocity_meter, self.displacement_meter
-        if disp.last is not None and (vel.last is None or disp.last > vel.last):
-            return Stream("displacement estimates", self.displacement_sub.topic_name, disp.age(now))
-        return Stream("velocity estimates", self.velocity_sub.topic_name, vel.age(now))
-
-    def _decide(self, now: float, drops: dict[str, int]) -> Status:
-        cfg = self.config
-        imu = Stream("IMU", self.imu_sub.topic_name, self.imu_meter.age(now))
-        measurements = self._measurements(now)
-        if cfg.init_mode == "ground_truth":
-            waiting = f"the first ground-truth pose on {self.gt_sub.topic_name}"
-        elif cfg.init_mode == "align_at_rest":
-            waiting = f"{self.filter_config.init_window:g} s of IMU (gravity alignment at rest)"
-        else:
-            waiting = f"IMU and the first velocity estimate on {self.velocity_sub.topic_name} (or align_at_rest)"
-        return ekf_status(
-            imu, measurements, cfg.input_timeout, self.filter.initialized, waiting, self.nis, cfg.nis_min_share, drops
+    def on_set_pose(self, msg: PoseWithCovarianceStamped) -> None:
+        """``set_pose``: position, attitude and their covariance (robot_localization's convention)."""
+        frame = msg.header.frame_id.lstrip("/")
+        if frame and frame != self.odom_frame:
+            self.drops.drop("set_pose_frame", f"set_pose in {frame!r}: expected {self.odom_frame!r} (or empty)")
+            return
+        p, q = msg.pose.pose.position, msg.pose.pose.orientation
+        pos, quat = np.array([p.x, p.y, p.z]), np.array([q.x, q.y, q.z, q.w])
+        cov = np.asarray(msg.pose.covariance, dtype=np.float64).reshape(6, 6)
+        if not (np.all(np.isfinite(pos)) and np.all(np.isfinite(quat))) or abs(np.linalg.norm(quat) - 1.0) > 1e-3:
+            self.drops.drop("set_pose_invalid", "non-finite position or non-unit orientation")
+            return
+        try:
+            self.filter.set_pose(pos, quat_to_matrix(quat), cov, t=stamp_to_sec(msg.header.stamp))
+        except ValueError as exc:
+            self.drops.drop("set_pose_invalid", str(exc))
+            return
+        self.health.nis.reset()
+        self.health.report(
+            f"pose set by {self.get_namespace().rstrip('/')}/{self.config.set_pose_topic}: {pos.round(3)}"
         )
 
-    def health(self, now: float) -> Status:
-        """The node's state for /diagnostics (decided by :func:`velobins_common.health.ekf_status`)."""
-        drops = self._new_drops.since(self._all_drops())
-        status = self._decide(now, drops)
-        vel, disp = self.velocity_meter, self.displacement_meter
-        values = stream_values(now, {"IMU": self.imu_meter, "velocity estimates": vel, "displacement estimates": disp})
-        values["initialised"] = str(self.filter.initialized).lower()
-        values["resets"] = str(self.resets)
-        stats = self.filter.stats
-        values["updates fused"] = str(stats.meas_applied + stats.disp_applied)
-        values["displacement updates fused"] = str(stats.disp_applied)
-        values["last odometry age [s]"] = "never" if self._last_out is None else f"{now - self._last_out:.3f}"
-        values.update(self.nis.values())
-        values.update(count_values("dropped", self._all_drops()))
-        return Status(status.level, status.message, values)
-
-    def _all_drops(self) -> dict[str, int]:
-        """The node's drops by reason and the filter's own rejections (its non-zero stats counters)."""
-        stats = {k: v for k, v in vars(self.filter.stats).items() if k not in FILTER_COUNTS_NOT_DROPS}
-        return {**self.drops.counts, **{f"filter_{k}": v for k, v in stats.items() if v}}
-
-    def _check_silence(self) -> None:
-        """Throttled WARN naming the cause when no odometry went out for silence_warn_after s."""
-        now = time.monotonic()
-        silence = SilenceAlarm.silence(now, self._last_out, self.imu_meter.first)
-        if self._alarm.due(now, silence, 0.0, self.config.input_timeout):
-            cause = self._decide(now, {}).message
-            self.get_logger().warning(f"no odometry for {silence:.1f} s while IMU arrives: {cause}")
-
-    def _make_tf_broadcaster(self) -> Callable[[TransformStamped], None]:
-        """tf2_ros's broadcaster (a declared dependency); where it is missing (the ROS PyPI wheels
-        ship none), a plain ``tf2_msgs/TFMessage`` publisher on ``/tf``, said once in the log."""
-        try:
-            from tf2_ros import TransformBroadcaster
-        except ImportError as exc:
-            try:
-                from tf2_msgs.msg import TFMessage
-            except ImportError:
-                raise RuntimeError(
-                    f"publish_tf needs tf2_ros (an exec_depend of velobins_ekf) or tf2_msgs: {exc}; "
-                    "install ros-$ROS_DISTRO-tf2-ros or set publish_tf: false"
-                ) from exc
-            self.get_logger().info(f"tf2_ros not importable ({exc}): publishing tf2_msgs/TFMessage on /tf directly")
-            pub = self.create_publisher(TFMessage, "/tf", QoSProfile(depth=100, durability=DurabilityPolicy.VOLATILE))
-            return lambda transform: pub.publish(TFMessage(transforms=[transform]))
-        return TransformBroadcaster(self).sendTransform
+    def restart(self, why: str) -> None:
+        """Restart the filter (initialises again per init_mode) and clear the path; counted by ``why``."""
+        self.filter.restart()
+        self._last_imu_t = None
+        self.out.restart()
+        self.health.restarted(why)
 
     # ------------------------------------------------------------------ inputs
     def on_ground_truth(self, msg: Odometry) -> None:
@@ -323,58 +303,49 @@ class EkfNode(Node):
 
     def on_imu(self, msg: Imu) -> None:
         t = stamp_to_sec(msg.header.stamp)
-        self.imu_meter.tick(time.monotonic(), t)
-        if self._last_imu_t is not None and t < self._last_imu_t - self.config.time_jump_reset:
-            self.get_logger().warning(f"IMU time jumped back {self._last_imu_t - t:.3f} s: restarting the filter")
-            self.reset()
+        now = time.monotonic()
+        health = self.health
+        prev_wall = health.imu_meter.last
+        health.imu_meter.tick(now, t)
+        last = self._last_imu_t
+        if last is not None and t < last - self.config.time_jump_reset:
+            self.restart(f"IMU time jumped back {last - t:.3f} s")
             self.drops.counts["time_jump_reset"] += 1
-        if self.config.init_mode == "ground_truth" and not self.filter.initialized:
+            last = None
+        health.imu_stamp(last, t)
+        filt = self.filter
+        if self.config.init_mode == "ground_truth" and not filt.initialized:
             self.drops.drop("imu_before_init", "waiting for the first ground-truth pose")
-            self._check_silence()
+            health.check_silence()
             return
         body = self.imu_frame.to_body(msg)
         if body is None:  # IMU frame not known yet: counted as imu_frame_unknown
-            self._check_silence()
+            health.check_silence()
             return
         acc, gyro = body
-        if self.config.init_mode == "align_at_rest" and not self.filter.initialized:
-            self._align_at_rest(t, acc)
-        before = self.filter.stats.imu_used
-        if not self.filter.add_imu(t, acc, gyro):
+        was_initialised = filt.initialized
+        if not filt.add_imu(t, acc, gyro):
             self.drops.drop("imu_rejected", f"filter stats {self._stats_summary()}")
             return
-        if self._last_imu_t is not None and t > self._last_imu_t:
-            self._dt = t - self._last_imu_t
+        if self.config.init_mode == "align_at_rest" and not filt.initialized and filt.align_at_rest():
+            self.get_logger().info(f"initialised at rest (gravity alignment over {self.filter_config.init_window:g} s)")
+        if filt.stats.imu_gaps and (holds := filt.pop_holds()):
+            health.hold(holds[-1], now - prev_wall if prev_wall is not None else math.nan)
+        if last is not None and t > last:
+            self._dt = t - last
         self._last_imu_t = t
         self._last_gyro = gyro
-        if self.filter.stats.imu_used > before and self.filter.initialized:
+        if not filt.initialized:
+            health.check_silence()
+            return
+        if not was_initialised or filt.updates or filt.displacement_updates:
             self._publish_updates()
+        if self.out.odometry_due(t):
             self._publish_state(msg.header.stamp, t)
-        else:
-            self._check_silence()
-
-    def _align_at_rest(self, t: float, acc: np.ndarray) -> None:
-        """init_mode align_at_rest: start at ``t`` (before this sample is fed) once ``filter.init_window`` s of
-        IMU arrived: roll, pitch from their mean specific force, yaw ``filter.init_yaw``, zero velocity."""
-        if not np.all(np.isfinite(acc)):
-            return
-        buf, cfg = self._rest_acc, self.filter_config
-        buf.append((t, np.asarray(acc, dtype=np.float64)))
-        if t - buf[0][0] < cfg.init_window:
-            return
-        acc_window = np.array([a for _, a in buf])
-        buf.clear()
-        try:
-            state = state_from_alignment(acc_window, np.zeros(3), cfg.init_yaw, gravity=cfg.gravity)
-        except ValueError as exc:  # free fall / garbage: start the window again
-            self.drops.drop("align_failed", str(exc))
-            return
-        self.filter.initialize(t, state)
-        self.get_logger().info(f"initialised at rest (gravity alignment over {cfg.init_window:g} s) at t={t:.3f}")
 
     def on_displacement(self, msg: Displacement) -> None:
         t_end, t_start = stamp_to_sec(msg.header.stamp), stamp_to_sec(msg.start)
-        self.displacement_meter.tick(time.monotonic(), t_end)
+        self.health.displacement_meter.tick(time.monotonic(), t_end)
         if not self.filter.initialized:
             self.drops.drop("displacement_before_init", "the filter is not initialised yet")
             return
@@ -395,7 +366,7 @@ class EkfNode(Node):
 
     def on_velocity(self, msg: VelocityEstimate) -> None:
         t = stamp_to_sec(msg.header.stamp)
-        self.velocity_meter.tick(time.monotonic(), t)
+        self.health.velocity_meter.tick(time.monotonic(), t)
         z = np.array([msg.velocity.x, msg.velocity.y, msg.velocity.z])
         cov = np.asarray(msg.covariance, dtype=np.float64).reshape(3, 3)
         if not self.filter.add_velocity(t, z, cov):
@@ -403,96 +374,49 @@ class EkfNode(Node):
             return
         self._publish_updates()
 
-    def reset(self) -> None:
-        """Restart the filter (initialises again per init_mode) and clear the path."""
-        self.filter = self._new_filter()
-        self._last_imu_t = None
-        self._last_odom_t = self._last_path_t = self._last_path_pub_t = self._last_update_t = -math.inf
-        self.path.poses = []
-        self._rest_acc = []
-        self.resets += 1
-
     def _stats_summary(self) -> str:
         s = self.filter.stats
-        return ", ".join(f"{k}={v}" for k, v in vars(s).items() if v and k not in FILTER_COUNTS_NOT_DROPS)
+        skip = USED_COUNTERS + EVENT_COUNTERS
+        return ", ".join(f"{k}={v}" for k, v in vars(s).items() if v and k not in skip)
 
     # ------------------------------------------------------------------ outputs
     def _publish_updates(self) -> None:
-        records = self.filter.pop_updates()
-        if self.filter.displacement_updates:  # drained like pop_updates (re-fused ones come again, same stamps)
-            records += self.filter.displacement_updates
-            self.filter.displacement_updates = []
-            records.sort(key=lambda r: r.stamp)
-        for r in records:
-            if r.vel_world is None or not r.stamp > self._last_update_t or not np.all(np.isfinite(r.vel_world)):
-                continue
-            self._last_update_t = r.stamp
-            self.nis.add(r.nis)
-            if self.update_pub is None:
-                continue
-            out = Odometry()
-            sec_to_stamp(r.stamp, out.header.stamp)
-            out.header.frame_id = out.child_frame_id = self.odom_frame  # twist in the world frame
-            set_xyz(out.pose.pose.position, r.pos)
-            q = out.pose.pose.orientation
-            q.x, q.y, q.z, q.w = (float(x) for x in matrix_to_quat(r.rot))
-            set_xyz(out.twist.twist.linear, r.vel_world)
-            cov = np.zeros((6, 6))
-            cov[:3, :3] = r.vel_world_cov
-            out.twist.covariance = cov.reshape(-1).tolist()
-            self.update_pub.publish(out)
+        records = self.filter.pop_updates() + self.filter.pop_displacement_updates()
+        for nis in self.out.publish_updates(records):
+            self.health.nis.add(nis)
 
     def _publish_state(self, stamp, t: float) -> None:
-        period = 1.0 / self.config.odom_rate if self.config.odom_rate > 0 else 0.0
-        if t - self._last_odom_t < period - 1e-9:
-            return
-        filt = self.filter
-        pos, quat, vb = filt.position, filt.quaternion, filt.velocity_body
-        pose_cov, twist_cov = filt.pose_covariance_ros(), filt.twist_covariance(self._dt)
-        if not all(np.all(np.isfinite(x)) for x in (pos, quat, vb, pose_cov, twist_cov)):
+        if not self.out.publish_state(self.filter, stamp, t, self._last_gyro, self._dt):
             self.get_logger().error("filter state became non-finite: restarting it (nothing published)")
             self.drops.counts["non_finite_state"] += 1
-            self.reset()
+            self.restart("non-finite state")
             return
-        # on a grid of the period (jittery stamps would otherwise stretch it); restarted after a gap
-        self._last_odom_t = self._last_odom_t + period if t - self._last_odom_t < 2.0 * period else t
-        cfg = self.config
-        odom = Odometry()
-        odom.header.stamp = stamp
-        odom.header.frame_id = self.odom_frame
-        odom.child_frame_id = self.base_frame
-        pp, pq = odom.pose.pose.position, odom.pose.pose.orientation
-        set_xyz(pp, pos)
-        pq.x, pq.y, pq.z, pq.w = (float(x) for x in quat)
-        odom.pose.covariance = pose_cov.reshape(-1).tolist()
-        set_xyz(odom.twist.twist.linear, vb)
-        set_xyz(odom.twist.twist.angular, filt.angular_rate(self._last_gyro))
-        odom.twist.covariance = twist_cov.reshape(-1).tolist()
-        self.odom_pub.publish(odom)
-        self._last_out = time.monotonic()
-        if self._tf is not None and cfg.publish_tf:
-            tf = TransformStamped()
-            tf.header = odom.header
-            tf.child_frame_id = self.base_frame
-            set_xyz(tf.transform.translation, pos)
-            tf.transform.rotation = pq
-            self._tf(tf)
-        if self.path_pub is not None and t - self._last_path_t >= cfg.path_period - 1e-9:
-            self._last_path_t = t
-            pose = PoseStamped()
-            pose.header = odom.header
-            pose.pose = odom.pose.pose
-            self.path.poses.append(pose)
-            if len(self.path.poses) > cfg.path_max_length:
-                del self.path.poses[: len(self.path.poses) - cfg.path_max_length]
-            if t - self._last_path_pub_t >= cfg.path_publish_period - 1e-9:
-                self._last_path_pub_t = t
-                self.path.header.stamp = stamp
-                self.path_pub.publish(self.path)
+        self.health.odometry_published(stamp.sec * 1_000_000_000 + stamp.nanosec)
+
+
+def spin_events(node: Node) -> None:
+    """Spin ``node`` on rclpy's EventsExecutor (``executor: events``) until it is asked to stop."""
+    from rclpy.experimental import EventsExecutor
+
+    executor = EventsExecutor(context=node.context)
+    executor.add_node(node)
+    try:
+        while running():
+            executor.spin_once(timeout_sec=0.1)
+    finally:
+        executor.shutdown()
+
+
+def _spin(node: EkfNode) -> None:
+    if node.config.executor == "events":
+        spin_events(node)
+        return
+    while running():
+        rclpy.spin_once(node, timeout_sec=0.1)
 
 
 def main(args: list[str] | None = None) -> None:
-    run_node(EkfNode, "velobins_ekf", args)
+    run_node(EkfNode, "velobins_ekf", args, spin=_spin)
 
 
 if __name__ == "__main__":

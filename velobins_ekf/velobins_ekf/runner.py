@@ -76,6 +76,7 @@ class VelocityEkf(History):
         self.imu_check = SpecificForceMonitor(self.config)
         self.init_fault: ImuFault | None = None  # why the last self-initialisation was refused
         self.last_update_time: float | None = None  # stamp of the newest fused update
+        self.start_time: float | None = None  # stamp the filter (last) started at
         self._holds: list[tuple[float, float]] = []
 
     # ------------------------------------------------------------------ public API
@@ -111,7 +112,7 @@ class VelocityEkf(History):
         if not math.isfinite(t):
             raise ValueError(f"VelocityEkf.initialize: stamp must be finite, got {t!r}")
         self.ekf.reset(state, cov)
-        self._t = float(t)
+        self._t = self.start_time = float(t)
         self._sample = None
         self._imu.clear()
         self._pending.clear()

@@ -49,7 +49,7 @@ from sensor_msgs.msg import Imu
 from velobins_common.constants import ROTOR_COMMAND, RPM_TO_RAD_PER_S
 from velobins_common.fields import param
 from velobins_common.frames import is_unit_quaternion
-from velobins_common.health import CountDelta, RateMeter, SilenceAlarm, Status, Stream, net_status
+from velobins_common.health import CountDelta, RateMeter, Status, Stream, net_status
 from velobins_msgs.msg import Displacement, RotorSpeeds, VelocityEstimate
 from velobins_ros import (
     RELIABLE_QOS,
@@ -61,7 +61,7 @@ from velobins_ros import (
     set_xyz,
     stamp_to_sec,
 )
-from velobins_ros.health import Diagnostics, count_values, stream_values
+from velobins_ros.health import NodeHealth, count_values
 from velobins_ros.imu_frame import DEFAULT_IMU_FRAME_TIMEOUT, ImuFrame
 
 from .inference import PredictorConfig, StreamingPredictor, bin_decoder, check_model_uncertainty, load_checkpoint
@@ -193,7 +193,7 @@ class VeloBinsNetNode(Node):
     def _on_config(self, config: NetNodeConfig) -> None:
         self.config = config
         self.predictor.return_probs = config.publish_distribution and bin_decoder(self.model) is not None
-        self._alarm.after = config.silence_warn_after
+        self.health.set_silence_after(config.silence_warn_after)
 
     def _on_predictor(self, config: PredictorConfig) -> None:
         self.predictor_config = config
@@ -213,13 +213,23 @@ class VeloBinsNetNode(Node):
     # ------------------------------------------------------------------ health
     def _init_health(self) -> None:
         self.imu_meter, self.rotor_meter, self.attitude_meter = RateMeter(), RateMeter(), RateMeter()
-        self._last_out: float | None = None
-        self._reasons, self._new_drops = CountDelta(), CountDelta()
-        self._alarm = SilenceAlarm(self.config.silence_warn_after)
-        hardware_id = self.config.frame_prefix + self.config.frame_id
-        self.diagnostics = Diagnostics(
-            self, "velocity network", hardware_id, self.config.diagnostics_period, self.health
+        self._reasons = CountDelta()
+        meters = {"IMU": self.imu_meter, "rotor speeds": self.rotor_meter}
+        if self.attitude_sub is not None:
+            meters["filter attitude"] = self.attitude_meter
+        cfg = self.config
+        self.health = NodeHealth(
+            self,
+            "velocity network",
+            cfg.frame_prefix + cfg.frame_id,
+            cfg.diagnostics_period,
+            lambda now, drops: self._decide(now, self._reasons.since(self.predictor.counts), drops),
+            meters,
+            cfg.silence_warn_after,
+            f"{self.kind} estimate",
         )
+        self.health.drop_counts = lambda: self.drops.counts
+        self.health.extra_values = self._values
 
     def _rotor_lag(self) -> float | None:
         imu, rotor = self.imu_meter.last_stamp, self.rotor_meter.last_stamp
@@ -229,7 +239,7 @@ class VeloBinsNetNode(Node):
         cfg = self.config
         imu = Stream("IMU", self.imu_sub.topic_name, self.imu_meter.age(now))
         rotor = Stream("rotor speeds", self.rotor_sub.topic_name, self.rotor_meter.age(now))
-        silence = SilenceAlarm.silence(now, self._last_out, self.imu_meter.first)
+        silence = self.health.silence(now)
         lag, max_age = self._rotor_lag(), self.predictor.max_rotor_age
         status = net_status(
             imu, rotor, cfg.input_timeout, lag, max_age, silence, cfg.silence_warn_after, reasons, drops
@@ -245,28 +255,19 @@ class VeloBinsNetNode(Node):
             status = Status(status.level, status.message + hint, status.values)
         return status
 
-    def health(self, now: float) -> Status:
-        """The node's state for /diagnostics (decided by :func:`velobins_common.health.net_status`)."""
-        status = self._decide(now, self._reasons.since(self.predictor.counts), self._new_drops.since(self.drops.counts))
-        meters = {"IMU": self.imu_meter, "rotor speeds": self.rotor_meter}
-        if self.attitude_sub is not None:
-            meters["filter attitude"] = self.attitude_meter
-        values = stream_values(now, meters)
+    def _values(self, now: float) -> dict[str, str]:
+        """The network's own key-values on /diagnostics (besides the input rates and drops)."""
         lag = self._rotor_lag()
-        values["rotor lag behind IMU [s]"] = "n/a" if lag is None else f"{lag:.3f}"
+        values = {"rotor lag behind IMU [s]": "n/a" if lag is None else f"{lag:.3f}"}
         values["estimates published"] = str(self.published)
-        values["last estimate age [s]"] = "never" if self._last_out is None else f"{now - self._last_out:.3f}"
-        values.update(count_values("dropped", self.drops.counts))
         values.update(count_values("predictor", self.predictor.counts))
-        return Status(status.level, status.message, values)
+        return values
 
     def _check_silence(self) -> None:
         """Throttled WARN naming the cause when no estimate went out for silence_warn_after s."""
-        now = time.monotonic()
-        silence = SilenceAlarm.silence(now, self._last_out, self.imu_meter.first)
-        if self._alarm.due(now, silence, 0.0, self.config.input_timeout):
-            cause = self._decide(now, self.predictor.counts, {}).message
-            self.get_logger().warning(f"no {self.kind} estimate for {silence:.1f} s while IMU arrives: {cause}")
+        self.health.check_silence(
+            self.config.input_timeout, lambda now: self._decide(now, self.predictor.counts, {}).message
+        )
 
     # ------------------------------------------------------------------ inputs
     def on_rotor(self, msg: RotorSpeeds) -> None:
@@ -351,7 +352,7 @@ class VeloBinsNetNode(Node):
             twist.twist.covariance = cov6.reshape(-1).tolist()
             self.twist_pub.publish(twist)
         self.published += 1
-        self._last_out = time.monotonic()
+        self.health.mark_output()
 
     def publish_displacement(self, stamp, prediction) -> None:
         """``Displacement`` over [t_start, stamp] in the yaw frame of t_start (``prediction.displacement``)."""
@@ -364,7 +365,7 @@ class VeloBinsNetNode(Node):
         out.covariance = (0.5 * (cov + cov.T)).reshape(-1).tolist()
         self.disp_pub.publish(out)
         self.published += 1
-        self._last_out = time.monotonic()
+        self.health.mark_output()
 
 
 def main(args: list[str] | None = None) -> None:

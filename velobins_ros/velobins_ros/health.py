@@ -1,9 +1,11 @@
 """ROS side of the nodes' health: ``/diagnostics`` publishing and the throttled silence warning.
 
 What the state is lives in :mod:`velobins_common.health` (pure, tested without ROS); this module
-only turns a :class:`~velobins_common.health.Status` into ``diagnostic_msgs/DiagnosticArray`` on
-the absolute topic ``/diagnostics`` (the diagnostics aggregator's, whatever the node's namespace),
-on a steady-clock timer so the heartbeat goes on when a simulated ``/clock`` stops.
+turns a :class:`~velobins_common.health.Status` into ``diagnostic_msgs/DiagnosticArray`` on the
+absolute topic ``/diagnostics`` (the diagnostics aggregator's, whatever the node's namespace), on a
+steady-clock timer so the heartbeat goes on when a simulated ``/clock`` stops. :class:`NodeHealth`
+is the scaffolding every node shares around it: input meters, new drops, the age of the last output
+and the silence warning, with its live parameters.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 
-from velobins_common.health import LEVEL_NAMES, OK, RateMeter, Status
+from velobins_common.health import LEVEL_NAMES, OK, CountDelta, RateMeter, SilenceAlarm, Status
 
 DIAGNOSTICS_TOPIC = "/diagnostics"
 DIAGNOSTICS_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
@@ -82,3 +84,72 @@ def stream_values(now: float, meters: Mapping[str, RateMeter]) -> dict[str, str]
 def count_values(prefix: str, counts: Mapping[str, int]) -> dict[str, str]:
     """Key-values ``<prefix> <reason>`` of non-zero counts (drops by reason, predictor outcomes)."""
     return {f"{prefix} {k}": str(v) for k, v in sorted(counts.items()) if v}
+
+
+class NodeHealth:
+    """The health scaffolding of a node: its input meters, what it dropped since the last status, the
+    age of its last output, the throttled "no output for X s" warning, and the /diagnostics timer.
+
+    Args:
+        node: the node.
+        what: the status name after the node's name ("EKF", "velocity network").
+        hardware_id: the vehicle's body frame.
+        period: seconds between /diagnostics messages (steady clock).
+        decide: ``(now, new drops by reason) -> Status``, the node's decision (its pure status function);
+            the key-values of :meth:`values` are added to it.
+        meters: input label -> its :class:`RateMeter`.
+        silence_after: seconds without output while the first input arrives before the warning
+            (live: :meth:`set_silence_after`).
+        output: what the node outputs, for the warning ("odometry", "velocity estimate").
+    """
+
+    def __init__(
+        self,
+        node: Node,
+        what: str,
+        hardware_id: str,
+        period: float,
+        decide: Callable[[float, dict[str, int]], Status],
+        meters: Mapping[str, RateMeter],
+        silence_after: float,
+        output: str,
+    ) -> None:
+        self.node, self.meters, self.output = node, dict(meters), output
+        self.last_output: float | None = None
+        self._decide = decide
+        self._new_drops = CountDelta()
+        self._alarm = SilenceAlarm(silence_after)
+        self.drop_counts: Callable[[], Mapping[str, int]] = dict
+        self.extra_values: Callable[[float], dict[str, str]] = lambda now: {}
+        self.diagnostics = Diagnostics(node, what, hardware_id, period, self.status)
+
+    def set_silence_after(self, seconds: float) -> None:
+        """A live change of the node's ``silence_warn_after``."""
+        self._alarm.after = seconds
+
+    def mark_output(self) -> None:
+        """The node just published its output."""
+        self.last_output = time.monotonic()
+
+    def silence(self, now: float) -> float | None:
+        """Seconds without output, counted from the first input of the first meter while none went out."""
+        first = next(iter(self.meters.values())).first
+        return SilenceAlarm.silence(now, self.last_output, first)
+
+    def check_silence(self, timeout: float, cause: Callable[[float], str]) -> None:
+        """Log a throttled WARN naming ``cause(now)`` when no output went out for ``silence_after`` s."""
+        now = time.monotonic()
+        silence = self.silence(now)
+        if self._alarm.due(now, silence, 0.0, timeout):
+            first = next(iter(self.meters))
+            self.node.get_logger().warning(f"no {self.output} for {silence:.1f} s while {first} arrives: {cause(now)}")
+
+    def status(self, now: float) -> Status:
+        """The node's decision now, with the meters' rates and ages, the output age and the drop counts."""
+        counts = dict(self.drop_counts())
+        status = self._decide(now, self._new_drops.since(counts))
+        values = stream_values(now, self.meters)
+        values[f"last {self.output} age [s]"] = "never" if self.last_output is None else f"{now - self.last_output:.3f}"
+        values.update(self.extra_values(now))
+        values.update(count_values("dropped", counts))
+        return Status(status.level, status.message, {**values, **status.values})
