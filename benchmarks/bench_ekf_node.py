@@ -1,17 +1,25 @@
-"""CPU of the EKF node at a 1 kHz IMU, per ``odom_rate``: what publishing odometry + TF costs.
+"""Real time of the EKF node: CPU, IMU loss and odometry latency at 100 Hz and 1 kHz IMU, 1x/4x/8x replay.
 
-Run: ``source scripts/env.sh && python benchmarks/bench_ekf_node.py [--seconds 10] [--rates 0 200 100 50]``.
+Run: ``source scripts/env.sh && python benchmarks/bench_ekf_node.py [--seconds 5] [--baseline REF]``.
 
-For each ``odom_rate`` the installed ``velobins_ekf_node`` (as ``ros2 run`` starts it) is started
-with ``config/velobins.yaml`` on a private ROS domain; this process publishes a hovering vehicle's
-IMU at 1 kHz and velocity estimates at 20 Hz in real time (stamps = wall time), waits for the
-filter to initialise, then measures over ``--seconds`` the node process's CPU time (``utime +
-stime`` from ``/proc/<pid>/stat``, all its threads) and the odometry messages it publishes.
-Prints one row per rate: CPU % of one core, odometry messages per second, the IMU rate fed, and
-the IMU rate the node reports taking in on ``/diagnostics`` (below the fed rate: the node fell
-behind and its best-effort queue dropped samples, so its CPU figure is capped, not its cost). The
-publisher runs in this process: on a busy or small machine it competes with the node, so compare
-rows of one run, on an otherwise idle machine where possible.
+Each row starts the EKF node as a separate process with ``config/velobins.yaml`` on a private ROS domain
+(odometry at its default ``odom_rate``) and feeds it, from this process, a hovering vehicle's IMU at
+``imu_rate`` samples per second of stamp time and velocity estimates at 20 Hz, published ``speed`` times
+faster than real time (a replay at 1x, 4x, 8x). After start-up and a warm-up it measures over ``--seconds``
+of wall time:
+
+* **CPU**: the node process's ``utime + stime`` (all threads, /proc/<pid>/stat), % of one core;
+* **loss**: 1 − IMU messages the node took in / IMU messages fed (its own ``IMU rate [Hz]`` on
+  /diagnostics, averaged over the statuses of the measured window, against the rate fed);
+* **latency**: from the wall time this process published the IMU sample of an odometry's stamp to the
+  wall time the odometry arrived here (end to end: transport both ways, queueing, filter), p50 and p95;
+* odometry messages per second of stamp time (the default odom_rate is 50).
+
+``--baseline REF`` runs, beside each row, the node of git revision ``REF`` (its Python packages
+extracted to a temporary directory and put first on PYTHONPATH; default: the revision before the
+real-time work, 6226601): the old setting and the new paired in one run, under the same load. The
+publisher runs in this process and competes with the node for the CPU: compare the two columns of
+one run, not runs on different machines.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ import random
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -31,10 +40,15 @@ import numpy as np
 from velobins_common.constants import STANDARD_GRAVITY
 
 ROOT = Path(__file__).resolve().parents[1]
-IMU_RATE = 1000.0
 VELOCITY_RATE = 20.0
+STARTUP = 3.0
+"""Wall seconds for the node to start and be discovered."""
 WARMUP = 3.0
-"""Seconds fed before measuring (start-up, gravity alignment, first velocity update)."""
+"""Wall seconds fed before measuring (initialisation, first updates, queues filled)."""
+BASELINE = "6226601"
+"""The revision before issue 23's real-time work (EKF node on the wait-set executor, per-message path)."""
+PACKAGES = ("velobins_ekf", "velobins_common", "velobins_ros")
+"""Python packages of a revision the baseline node imports from that revision."""
 
 
 def cpu_seconds(pid: int) -> float:
@@ -43,8 +57,20 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def extract(ref: str, out: Path) -> list[Path]:
+    """The Python packages of revision ``ref`` under ``out``; the directories to put on PYTHONPATH."""
+    names = subprocess.run(
+        ["git", "-C", str(ROOT), "ls-tree", "-r", "--name-only", ref], check=True, capture_output=True, text=True
+    ).stdout.split()
+    inits = [(n, f"/{p}/__init__.py") for p in PACKAGES for n in names if n.endswith(f"/{p}/__init__.py")]
+    roots = sorted({n[: -len(tail)] for n, tail in inits if "/test" not in n})
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref, *roots], check=True, capture_output=True)
+    subprocess.run(["tar", "-x", "-C", str(out)], input=archive.stdout, check=True)
+    return [out / r for r in roots]
+
+
 class Feeder:
-    """Publishes hover IMU at 1 kHz and velocity estimates at 20 Hz; counts odometry messages."""
+    """Publishes hover IMU and velocity estimates at a replay speed; records odometry and diagnostics."""
 
     def __init__(self, domain: int) -> None:
         import rclpy
@@ -65,63 +91,66 @@ class Feeder:
         self.vel_pub = self.node.create_publisher(
             VelocityEstimate, "velobins/velocity", QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
         )
-        self.odometry = 0
-        self.node_imu_rate = float("nan")
-        self.node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diag, 10)
+        self.odometry: list[tuple[int, float]] = []  # (stamp ns, wall arrival)
+        self.imu_rates: list[tuple[float, float]] = []  # (wall, the node's IMU rate [Hz])
+        self.node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diag, 100)
         self.node.create_subscription(
             Odometry, "velobins/odometry", self._on_odom, QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
         )
         self._imu, self._vel = Imu(), VelocityEstimate()
         self._imu.header.frame_id = "base_link"
         self._vel.covariance = (np.eye(3) * 0.01).reshape(-1).tolist()
-        self._rng = np.random.default_rng(0)
+        self.published: dict[int, float] = {}  # IMU stamp ns -> wall time published
         self.executor = SingleThreadedExecutor(context=self.ctx)
         self.executor.add_node(self.node)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._spin, daemon=True)
         self._thread.start()
+        self._stamp_ns = time.time_ns()
+        self._next_vel_ns = self._stamp_ns
 
     def _on_odom(self, msg: object) -> None:
-        self.odometry += 1
+        self.odometry.append((msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec, time.monotonic()))
 
     def _on_diag(self, msg: object) -> None:
-        for status in msg.status:  # the node's own count of the IMU messages it took in
+        for status in msg.status:
             for kv in status.values:
                 if kv.key == "IMU rate [Hz]":
-                    self.node_imu_rate = float(kv.value)
+                    self.imu_rates.append((time.monotonic(), float(kv.value)))
 
     def _spin(self) -> None:
         while not self._stop.is_set():
             self.executor.spin_once(timeout_sec=0.05)
 
-    def _stamp(self, msg: object, t: float) -> None:
-        ns = int(t * 1e9)
-        msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(ns, 1_000_000_000)
-
-    def feed(self, seconds: float) -> int:
-        """Publish for ``seconds`` of wall time at the IMU rate (catching up after a late wake-up)."""
+    def feed(self, seconds: float, imu_rate: float, speed: float) -> int:
+        """Publish for ``seconds`` of wall time: ``imu_rate`` samples per stamp second, ``speed`` x real time."""
         imu, vel = self._imu, self._vel
+        a, w = imu.linear_acceleration, imu.angular_velocity
+        noise = np.random.default_rng(0).normal(0.0, 0.02, (4096, 6)).tolist()
+        step_ns, vel_ns = int(1e9 / imu_rate), int(1e9 / VELOCITY_RATE)
+        wall_rate = imu_rate * speed
         start = time.monotonic()
-        n, next_vel = 0, 0.0
+        n = 0
         while True:
             now = time.monotonic()
             if now - start >= seconds:
                 return n
-            due = int((now - start) * IMU_RATE) + 1
+            due = int((now - start) * wall_rate) + 1
             while n < due:
-                t = time.time()
-                noise = self._rng.normal(0.0, 0.02, 6)
-                a, w = imu.linear_acceleration, imu.angular_velocity
-                a.x, a.y, a.z = float(noise[0]), float(noise[1]), STANDARD_GRAVITY + float(noise[2])
-                w.x, w.y, w.z = (float(x) * 0.1 for x in noise[3:])
-                self._stamp(imu, t)
+                self._stamp_ns += step_ns
+                s = self._stamp_ns
+                x = noise[n % 4096]
+                a.x, a.y, a.z = x[0], x[1], STANDARD_GRAVITY + x[2]
+                w.x, w.y, w.z = 0.1 * x[3], 0.1 * x[4], 0.1 * x[5]
+                imu.header.stamp.sec, imu.header.stamp.nanosec = divmod(s, 1_000_000_000)
+                self.published[s] = time.monotonic()
                 self.imu_pub.publish(imu)
                 n += 1
-                if n / IMU_RATE >= next_vel:
-                    next_vel += 1.0 / VELOCITY_RATE
-                    self._stamp(vel, t)
+                if s >= self._next_vel_ns:
+                    self._next_vel_ns += vel_ns
+                    vel.header.stamp = imu.header.stamp
                     self.vel_pub.publish(vel)
-            time.sleep(max(0.0, start + n / IMU_RATE - time.monotonic()))
+            time.sleep(max(0.0, start + n / wall_rate - time.monotonic()))
 
     def close(self) -> None:
         self._stop.set()
@@ -131,32 +160,42 @@ class Feeder:
         self.ctx.try_shutdown()
 
 
-def measure(odom_rate: float, seconds: float, domain: int) -> tuple[float, float, float, float]:
-    """CPU % of one core, odometry messages/s, IMU messages/s fed, and IMU messages/s the node took in
-    (its last /diagnostics status during the feed: the last 2 s) of one node run at ``odom_rate``."""
+def measure(imu_rate: float, speed: float, seconds: float, domain: int, pythonpath: list[Path] | None) -> dict:
+    """One node run: CPU %, IMU loss, latency p50/p95 [ms], odometry per stamp second, IMU fed per second."""
     from velobins_ros import executable
 
     env = dict(os.environ, ROS_DOMAIN_ID=str(domain), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST")
-    cmd = [
-        str(executable("velobins_ekf", "velobins_ekf_node")),
-        "--ros-args",
-        "--params-file",
-        str(ROOT / "velobins_bringup" / "config" / "velobins.yaml"),
-        "-p",
-        f"odom_rate:={odom_rate!r}",
-    ]
+    params = ["--ros-args", "--params-file", str(ROOT / "velobins_bringup" / "config" / "velobins.yaml")]
+    if pythonpath is None:
+        cmd = [str(executable("velobins_ekf", "velobins_ekf_node")), *params]
+    else:
+        env["PYTHONPATH"] = os.pathsep.join([*map(str, pythonpath), env.get("PYTHONPATH", "")])
+        cmd = [sys.executable, "-m", "velobins_ekf.node", *params]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     feeder = Feeder(domain)
     try:
-        time.sleep(2.0)  # node start-up and discovery
-        feeder.feed(WARMUP)
+        time.sleep(STARTUP)
+        feeder.feed(WARMUP, imu_rate, speed)
         if proc.poll() is not None:
             raise RuntimeError(f"EKF node exited ({proc.returncode}): {proc.stderr.read()[-2000:]}")
-        cpu0, odom0, wall0 = cpu_seconds(proc.pid), feeder.odometry, time.monotonic()
-        fed = feeder.feed(seconds)
-        cpu1, odom1, wall1, taken = cpu_seconds(proc.pid), feeder.odometry, time.monotonic(), feeder.node_imu_rate
+        cpu0, wall0, n_odom0 = cpu_seconds(proc.pid), time.monotonic(), len(feeder.odometry)
+        fed = feeder.feed(seconds, imu_rate, speed)
+        cpu1, wall1 = cpu_seconds(proc.pid), time.monotonic()
+        time.sleep(1.0)  # the last odometry and the diagnostics of the window arrive
         wall = wall1 - wall0
-        return 100.0 * (cpu1 - cpu0) / wall, (odom1 - odom0) / wall, fed / wall, taken
+        odom = [(s, arrival) for s, arrival in feeder.odometry[n_odom0:] if s in feeder.published]
+        lat = np.array([arrival - feeder.published[s] for s, arrival in odom if arrival <= wall1 + 1.0])
+        stamps = np.array([s for s, _ in odom], dtype=np.float64) * 1e-9
+        taken = [r for t, r in feeder.imu_rates if wall0 + 2.0 <= t <= wall1 + 0.5]  # a full 2 s rate window
+        fed_rate = fed / wall
+        return {
+            "cpu": 100.0 * (cpu1 - cpu0) / wall,
+            "loss": 1.0 - float(np.mean(taken)) / fed_rate if taken else float("nan"),
+            "p50": 1e3 * float(np.percentile(lat, 50)) if lat.size else float("nan"),
+            "p95": 1e3 * float(np.percentile(lat, 95)) if lat.size else float("nan"),
+            "odom": (stamps.size - 1) / (stamps[-1] - stamps[0]) if stamps.size > 1 else 0.0,
+            "fed": fed_rate,
+        }
     finally:
         feeder.close()
         proc.send_signal(signal.SIGINT)
@@ -169,16 +208,31 @@ def measure(odom_rate: float, seconds: float, domain: int) -> tuple[float, float
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seconds", type=float, default=10.0, help="measured seconds per rate (default 10)")
-    parser.add_argument("--rates", type=float, nargs="+", default=[0.0, 200.0, 100.0, 50.0], help="odom_rate values")
+    parser.add_argument("--seconds", type=float, default=5.0, help="measured wall seconds per row (default 5)")
+    parser.add_argument("--imu-rates", type=float, nargs="+", default=[100.0, 1000.0], help="IMU rates [Hz]")
+    parser.add_argument("--speeds", type=float, nargs="+", default=[1.0, 4.0, 8.0], help="replay speed factors")
+    parser.add_argument("--baseline", default=BASELINE, help=f"git revision of the old node (default {BASELINE})")
+    parser.add_argument("--no-baseline", action="store_true", help="measure this tree's node only")
     args = parser.parse_args()
     domain = random.SystemRandom().randint(101, 200)
-    print(f"EKF node, {IMU_RATE:g} Hz IMU + {VELOCITY_RATE:g} Hz velocity, {args.seconds:g} s per row")
-    print(f"{'odom_rate':>10} {'CPU %':>8} {'odom msg/s':>11} {'IMU fed/s':>10} {'IMU taken/s':>12}")
-    for rate in args.rates:
-        cpu, odom, fed, taken = measure(rate, args.seconds, domain)
-        label = "0 (every)" if rate == 0 else f"{rate:g}"
-        print(f"{label:>10} {cpu:8.1f} {odom:11.1f} {fed:10.1f} {taken:12.1f}", flush=True)
+    with tempfile.TemporaryDirectory(prefix="bench_ekf_node_") as tmp:
+        setups: dict[str, list[Path] | None] = {"new": None}
+        if not args.no_baseline:
+            setups = {f"old ({args.baseline})": extract(args.baseline, Path(tmp)), "new": None}
+        print(f"EKF node, odometry at the default odom_rate, {args.seconds:g} s per row, load {os.getloadavg()[0]:.2f}")
+        print(
+            f"{'IMU Hz':>7} {'speed':>6} {'node':>16} {'CPU %':>7} {'loss %':>7} {'p50 ms':>8} {'p95 ms':>8} "
+            f"{'odom/s':>7} {'IMU fed/s':>10}"
+        )
+        for imu_rate in args.imu_rates:
+            for speed in args.speeds:
+                for label, path in setups.items():
+                    r = measure(imu_rate, speed, args.seconds, domain, path)
+                    print(
+                        f"{imu_rate:7g} {speed:5g}x {label:>16} {r['cpu']:7.1f} {100 * r['loss']:7.1f} "
+                        f"{r['p50']:8.1f} {r['p95']:8.1f} {r['odom']:7.1f} {r['fed']:10.0f}",
+                        flush=True,
+                    )
     return 0
 
 

@@ -10,7 +10,8 @@ records ``/diagnostics``:
 2. **healthy**: IMU + rotor. Both OK, with input rates and the NIS summary in the key-values.
 3. **rotor stream stale**: rotor messages stamped 0.4 s behind the IMU (max_rotor_age 0.1 s).
    Network WARN "rotor stream stale"; the predictor's ``rotor_stale`` count is shown.
-4. **IMU gap**: nothing published. Both WARN "no IMU on /imu for X s".
+4. **IMU gap**: nothing published. Both WARN "no IMU on /imu for X s"; the EKF's becomes ERROR after
+   its ``imu_error_after`` (2 s: no propagation, no odometry).
 
 Before the first IMU both say STALE. The NIS consistency check cannot fire in phase 2: its window
 (100 updates, 5 s at 20 Hz) is longer than the phase.
@@ -43,7 +44,7 @@ pytestmark = pytest.mark.ros
 
 TEST_SECONDS = 5.0
 """Length of the held-out flight (looped while publishing) [s]."""
-PHASES = (("missing", 3.0), ("healthy", 3.5), ("stale", 2.0), ("gap", 2.0))
+PHASES = (("missing", 3.0), ("healthy", 3.5), ("stale", 2.0), ("gap", 3.0))
 """Phases in order, with their wall length [s]."""
 SETTLE = 0.9
 """A status counts for its phase when it arrives this long after the phase started [s]."""
@@ -52,6 +53,8 @@ STALE_LAG = 0.4
 DIAG_PERIOD = 0.25
 """diagnostics_period of both nodes in these tests [s] (velobins.yaml: 1.0)."""
 NET, EKF = "/velobins_net: velocity network", "/velobins_ekf: EKF"
+IMU_ERROR_AFTER = 2.0
+"""The EKF's imu_error_after (velobins.yaml) [s]: a stopped IMU is WARN, then ERROR."""
 
 
 @pytest.fixture(scope="module")
@@ -267,10 +270,15 @@ def test_diagnostic_states(ros_domain: int, setup: gf.GraphSetup, tmp_path: Path
     assert float(d.values["rotor lag behind IMU [s]"]) == pytest.approx(STALE_LAG, abs=0.05)
     assert int(d.values["predictor rotor_stale"]) > 0
 
-    for diags in (net, ekf):
-        d = last_in(diags, *marks["gap"])
-        assert d.level == 1 and d.message.startswith("no IMU on /imu for "), d
-        assert float(d.message.split(" for ")[1].split()[0]) >= SETTLE - 0.2
+    d = last_in(net, *marks["gap"])
+    assert d.level == 1 and d.message.startswith("no IMU on /imu for "), d
+    assert float(d.message.split(" for ")[1].split()[0]) >= SETTLE - 0.2
+    gap = [d for d in ekf if marks["gap"][0] <= d.wall <= marks["gap"][1]]
+    assert all(d.message.startswith("no IMU on /imu for ") for d in gap), gap
+    ages = [float(d.message.split(" for ")[1].split()[0]) for d in gap]
+    clear = [(d.level, age) for d, age in zip(gap, ages, strict=True) if abs(age - IMU_ERROR_AFTER) > 0.05]
+    assert all(level == (1 if age < IMU_ERROR_AFTER else 2) for level, age in clear), gap  # the age is rounded
+    assert gap[-1].level == 2 and gap[-1].message.endswith("no propagation, no odometry"), gap
 
     log = net_log.read_text()
     assert "no velocity estimate for" in log and "while IMU arrives: no rotor speeds on /rotor_speeds" in log, log
