@@ -85,21 +85,26 @@ class SampleLoss:
     """Share of a stream's samples missing over the last ``window`` seconds of its stamps.
 
     The stream's period is the median spacing of its recent stamps (robust to a minority of
-    holes); the samples expected over the stamps' span are ``span / period + 1``, those received
-    are counted. Lost in transport, dropped by a full queue or never sent: a hole in the stamps
-    is a loss, whatever the replay speed.
+    holes; recomputed every ``min_samples`` stamps, so :meth:`period` is cheap per sample); the
+    samples expected over the stamps' span are ``span / period + 1``, those received are counted.
+    Lost in transport, dropped by a full queue or never sent: a hole in the stamps is a loss,
+    whatever the replay speed.
     """
 
-    def __init__(self, window: float = 2.0, min_samples: int = 10):
-        self.window, self.min_samples = window, min_samples
+    def __init__(self, window: float = 2.0, min_samples: int = 10, refresh: int = 200):
+        self.window, self.min_samples, self.refresh = window, min_samples, refresh
         self._stamps: deque[float] = deque()
+        self._period: float | None = None
+        self._since = 0  # stamps added since the period was computed
 
     def add(self, stamp: float) -> None:
         """One received sample's stamp [s]; a stamp going back (a bag loop) starts again."""
         st = self._stamps
         if st and stamp <= st[-1]:
             st.clear()
+            self._period = None
         st.append(stamp)
+        self._since += 1
         while st[0] < stamp - self.window:
             st.popleft()
 
@@ -108,8 +113,10 @@ class SampleLoss:
         st = self._stamps
         if len(st) < self.min_samples:
             return None
-        diffs = sorted(b - a for a, b in zip(st, list(st)[1:], strict=False))
-        return diffs[len(diffs) // 2]
+        if self._period is None or self._since >= self.refresh:
+            diffs = sorted(b - a for a, b in zip(st, list(st)[1:], strict=False))
+            self._period, self._since = diffs[len(diffs) // 2], 0
+        return self._period
 
     def loss(self) -> float | None:
         """Share of the samples expected from the stamps that did not arrive, in [0, 1); None while unknown."""
