@@ -183,6 +183,8 @@ def test_ekf_status_states() -> None:
         bad.add(50.0)
     assert _ekf(nis=bad).level == ERROR and _ekf(nis=bad).message.startswith("filter inconsistent")
     assert _ekf(event="IMU gap of 2.0 s") == Status(WARN, "IMU gap of 2.0 s")
+    held = _ekf(event="IMU gap of 9.0 s", pos_sigma=30.0)  # the event first, what it caused after it
+    assert held.level == ERROR and held.message.startswith("IMU gap of 9.0 s; position uncertain")
     assert _ekf(imu_loss=0.2).message.startswith("losing 20% of the IMU samples")
     assert _ekf(latency_p95=0.3).message.startswith("odometry late")
     assert _ekf(drops={"x": 2}).level == WARN

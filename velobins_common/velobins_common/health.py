@@ -427,9 +427,10 @@ def ekf_status(view: EkfView, limits: EkfLimits) -> Status:
     """The EKF node's state, first cause first (the table in docs/ros_interface.md).
 
     Precedence: IMU missing; IMU implausible (ERROR, named); not initialised; no fused update for
-    long (dead reckoning: WARN, then ERROR); covariance beyond its bounds (WARN, then ERROR);
-    consistency test raised (ERROR); a recent hold, restart or pose set (WARN); IMU samples lost or
-    odometry late (WARN); inputs dropped (WARN); else OK.
+    long (dead reckoning: WARN, then ERROR); a recent hold, restart or pose set (WARN, followed by
+    what the two next checks find, at their level); covariance beyond its bounds (WARN, then ERROR);
+    consistency test raised (ERROR); IMU samples lost or odometry late (WARN); inputs dropped (WARN);
+    else OK.
     """
     v, lim = view, limits
     bad = imu_status(v.imu, lim.input_timeout, lim.imu_error_after)
@@ -444,6 +445,23 @@ def ekf_status(view: EkfView, limits: EkfLimits) -> Status:
         level = ERROR if v.since_update > lim.update_error_after else WARN
         why = f" ({_missing(v.measurements)})" if silent else ""
         return Status(level, f"no fused update for {v.since_update:.1f} s{why}: IMU-only dead reckoning")
+    estimate = _estimate_status(v, lim)
+    if v.event:  # a recent hold, restart or pose set explains what follows it: named first, nothing hidden
+        level = WARN if estimate is None else max(WARN, estimate.level)
+        return Status(level, v.event + ("" if estimate is None else f"; {estimate.message}"))
+    if estimate is not None:
+        return estimate
+    if v.imu_loss is not None and v.imu_loss > lim.imu_loss_warn:
+        return Status(
+            WARN, f"losing {v.imu_loss:.0%} of the IMU samples (holes in the stamps): the node or the link falls behind"
+        )
+    if v.latency_p95 is not None and v.latency_p95 > lim.latency_warn:
+        return Status(WARN, f"odometry late: 95 % of IMU stamp -> publish within {v.latency_p95 * 1000:.0f} ms")
+    return _dropping(v.drops) or Status(OK, "tracking")
+
+
+def _estimate_status(v: EkfView, lim: EkfLimits) -> Status | None:
+    """Covariance beyond its bounds (WARN, then ERROR) or the consistency test raised (ERROR)."""
     for name, sigma, warn, error, unit in (
         ("position", v.pos_sigma, lim.pos_sigma_warn, lim.pos_sigma_error, "m"),
         ("velocity", v.vel_sigma, lim.vel_sigma_warn, lim.vel_sigma_error, "m/s"),
@@ -457,15 +475,7 @@ def ekf_status(view: EkfView, limits: EkfLimits) -> Status:
             )
     if v.nis.raised:
         return Status(ERROR, v.nis.message())
-    if v.event:
-        return Status(WARN, v.event)
-    if v.imu_loss is not None and v.imu_loss > lim.imu_loss_warn:
-        return Status(
-            WARN, f"losing {v.imu_loss:.0%} of the IMU samples (holes in the stamps): the node or the link falls behind"
-        )
-    if v.latency_p95 is not None and v.latency_p95 > lim.latency_warn:
-        return Status(WARN, f"odometry late: 95 % of IMU stamp -> publish within {v.latency_p95 * 1000:.0f} ms")
-    return _dropping(v.drops) or Status(OK, "tracking")
+    return None
 
 
 class SilenceAlarm:

@@ -36,6 +36,8 @@ def test_specific_force_check_names_the_likely_cause() -> None:
     assert _faults(LEVEL * 1000.0 / G) == "imu_force_high"  # mg
     assert _faults(np.zeros(3)) == "imu_force_low"
     assert _faults(np.array([G, 0.0, 0.0])) == "imu_tilted"  # 90° off: mounted sideways
+    unsteady = check_specific_force(np.array([0.0, 0.0, 1.0]), G, EkfConfig())  # half FLU, half FRD samples
+    assert unsteady is not None and unsteady.cause == "imu_unsteady"
     msg = check_specific_force(np.array([0.0, 0.0, -G]), G, EkfConfig()).message
     assert "FRD" in msg and "imu_to_body" in msg
 
@@ -146,20 +148,21 @@ def test_intervals_up_to_max_imu_interval_propagate() -> None:
     assert f.stats.imu_gaps == 0 and f.time == pytest.approx(t[-1])
 
 
-def test_set_pose_keeps_velocity_and_biases_and_restart_keeps_counters() -> None:
+def test_set_pose_keeps_body_velocity_and_biases_and_restart_keeps_counters() -> None:
     t, imu, _, s0 = _flight(1.0)
     f = VelocityEkf(EkfConfig())
     f.initialize(0.0, s0)
     _feed_imu(f, t, imu.acc, imu.gyro)
-    vel, p_vel = f.state.vel, f.covariance[VEL, VEL]
+    body, p_vel, rot0 = f.velocity_body, f.covariance[VEL, VEL], f.state.rot
     rot = Rotation.from_euler("z", 1.0).as_matrix()
     cov6 = np.diag([1.0, 2.0, 3.0, 0.01, 0.02, 0.03])
     f.set_pose(np.array([5.0, 6.0, 7.0]), rot, cov6)
     np.testing.assert_allclose(f.state.pos, [5.0, 6.0, 7.0])
     np.testing.assert_allclose(f.state.rot, rot, atol=1e-12)
-    np.testing.assert_array_equal(f.state.vel, vel)
+    np.testing.assert_allclose(f.velocity_body, body, atol=1e-12)  # the observed, body-frame velocity is kept
     np.testing.assert_allclose(f.pose_covariance_ros(), cov6, atol=1e-12)  # about the odom axes again
-    np.testing.assert_allclose(f.covariance[VEL, VEL], p_vel)
+    turn = rot @ rot0.T
+    np.testing.assert_allclose(f.covariance[VEL, VEL], turn @ p_vel @ turn.T, atol=1e-12)
     assert np.all(f.covariance[POS, VEL] == 0.0) and f.stats.pose_sets == 1
     f.set_pose(np.zeros(3), np.eye(3), np.zeros((6, 6)))  # ros2 topic pub's default zeros: initial sigmas
     assert f.covariance[POS, POS][0, 0] == pytest.approx(f.config.init_sigma_pos**2)

@@ -129,5 +129,8 @@ class AlignmentWindow:
         if fault is not None:
             return fault
         cfg = self.config
-        state = state_from_alignment(acc, vel_body, yaw=cfg.init_yaw, gravity=cfg.gravity)
+        try:
+            state = state_from_alignment(acc, vel_body, yaw=cfg.init_yaw, gravity=cfg.gravity)
+        except ValueError as exc:  # not expected past the check; refused like an implausible IMU
+            return ImuFault("imu_alignment", str(exc))
         return t_last, buf[-1][1], state

@@ -70,6 +70,12 @@ def check_specific_force(mean_force: np.ndarray, mean_norm: float, config: EkfCo
             f"(in mg? then scale by {g / 1000.0:.5g})",
         )
     norm = float(np.linalg.norm(mean_force))
+    if norm < config.imu_force_min * mean_norm:
+        return ImuFault(
+            "imu_unsteady",
+            f"IMU specific force turned within the window (|mean| {norm:.3g} m/s² against a mean magnitude "
+            f"{mean_norm:.3g} m/s²): the IMU's frame or unit changed, or the vehicle tumbles",
+        )
     tilt = math.acos(max(-1.0, min(1.0, float(mean_force[2]) / norm))) if norm > 0 else math.pi
     if tilt > config.imu_max_tilt:
         if mean_force[2] < 0:

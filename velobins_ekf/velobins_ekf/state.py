@@ -99,12 +99,16 @@ def with_pose(
 ) -> tuple[NavState, np.ndarray]:
     """``state`` and ``cov`` with the pose replaced (robot_localization's set_pose): position ``pos``,
     attitude ``rot``, pose covariance ``cov6`` (6x6, ROS order ``x, y, z, rotX, rotY, rotZ`` with the
-    rotation error about the world axes, ``δθ_w = R δθ``), uncorrelated with velocity and biases, which
-    keep their values and blocks. A ``cov6`` that is None or not positive definite gives the initial
-    sigmas' pose block (``ros2 topic pub`` sends zeros by default). Copies; the inputs are not changed.
+    rotation error about the world axes, ``δθ_w = R δθ``), uncorrelated with the rest. The biases keep
+    their values and blocks; the velocity keeps its body-frame value (what the updates observe), so the
+    world velocity and its rows of the covariance turn with the attitude: ``v ← ΔR v``, ``ΔR = R_new R_oldᵀ``.
+    A ``cov6`` that is None or not positive definite gives the initial sigmas' pose block
+    (``ros2 topic pub`` sends zeros by default). Copies; the inputs are not changed.
     """
     out = state.copy()
     out.pos, out.rot = np.array(pos, dtype=np.float64), np.array(rot, dtype=np.float64)
+    turn = out.rot @ state.rot.T
+    out.vel = turn @ state.vel
     c6 = None if cov6 is None else np.asarray(cov6, dtype=np.float64).reshape(6, 6)
     if c6 is not None:
         c6 = 0.5 * (c6 + c6.T)
@@ -115,6 +119,8 @@ def with_pose(
     back[0:3, 0:3] = np.eye(3)
     back[3:6, 3:6] = out.rot.T
     p = np.array(cov, dtype=np.float64)
+    p[VEL, :] = turn @ p[VEL, :]
+    p[:, VEL] = p[:, VEL] @ turn.T
     p[idx, :] = 0.0
     p[:, idx] = 0.0
     if c6 is None:

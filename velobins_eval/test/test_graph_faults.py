@@ -8,7 +8,8 @@ time plus an offset; and records ``/diagnostics`` and the odometry. Phases, in o
 1. **nominal**: the filter aligns itself and tracks: OK.
 2. **forward jump**: the stamps jump 10 s ahead (a clock reset; no time passed). WARN naming the jump
    and the hold; the filter never propagates across it (before: one 10 s step, 66 m). A hold cannot
-   tell a jump from a gap, so the position σ grows by |v| · 10 s: "position uncertain" (WARN or ERROR).
+   tell a jump from a gap, so the position σ grows by |v| · 10 s: "position uncertain" follows the
+   event in the message, and stays once the event is old (WARN or ERROR).
 3. **set_pose**: the ground-truth pose on ``set_pose`` restores it: OK again.
 4. **long gap**: nothing for 1.5 s (time passes): "no IMU" WARN, then the hold over the gap is reported.
 5. **rotor loss**: the network's output stops (what a lost rotor stream does to the network node:
@@ -292,7 +293,7 @@ def test_faults_are_named_and_odometry_never_jumps(ros_domain: int, flight: Any,
 
     def inside(name: str, settle: float = 0.0, until: float | None = None) -> list[Diag]:
         t0, t1 = phases[name]
-        return [d for d in diags if t0 + settle <= d.wall <= (t0 + until if until is not None else t1 + 0.1)]
+        return [d for d in diags if t0 + settle <= d.wall <= (t0 + until if until is not None else t1)]
 
     def last(name: str) -> Diag:
         found = inside(name)
@@ -301,18 +302,17 @@ def test_faults_are_named_and_odometry_never_jumps(ros_domain: int, flight: Any,
 
     assert (last("nominal").level, last("nominal").message) == (0, "tracking"), last("nominal")
     jumped = [d for d in inside("forward jump", until=EVENT) if "jumped forward" in d.message]
-    assert jumped and jumped[0].level == 1 and f"jumped forward {JUMP:.0f}." in jumped[0].message, inside(
-        "forward jump"
-    )
+    assert jumped and jumped[0].level >= 1, inside("forward jump")
+    assert f"jumped forward {JUMP:.0f}." in jumped[0].message and "position uncertain" in jumped[0].message, jumped
     assert "filter held" in jumped[0].message and int(jumped[-1].values["imu gaps"]) >= 1
     late = last("forward jump")
     assert late.level >= 1 and late.message.startswith("position uncertain"), late
     assert (last("set_pose").level, last("set_pose").message) == (0, "tracking"), last("set_pose")
     assert any(d.message.startswith("pose set by") for d in inside("set_pose")), inside("set_pose")
     assert any(d.level == 1 and d.message.startswith("no IMU on /imu for") for d in inside("gap", settle=0.7))
-    assert any(f"IMU gap of {GAP:.1f}" in d.message and d.level == 1 for d in inside("after gap")), inside("after gap")
+    assert any(f"IMU gap of {GAP:.1f}" in d.message and d.level >= 1 for d in inside("after gap")), inside("after gap")
     loss = inside("rotor loss", settle=1.0)
-    assert loss and all("no fused update" in d.message for d in loss), loss
+    assert loss and all("no fused update" in d.message for d in loss), [(d.level, d.message) for d in loss]
     assert loss[0].level == 1 and loss[-1].level == 2 and "IMU-only dead reckoning" in loss[-1].message, loss
     assert not any("no fused update" in d.message for d in inside("recovery", settle=1.0)), inside("recovery")
     back = inside("backward jump")
