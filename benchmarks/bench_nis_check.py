@@ -105,8 +105,8 @@ def main() -> int:
     parser.add_argument("--windows", type=int, nargs="+", default=[20, 40, 100], help="NIS windows [updates]")
     args = parser.parse_args()
 
+    from velobins_data.datasets import load_flights
     from velobins_ekf.params import load_filter_config
-    from velobins_eval.datasets import load_flights
     from velobins_eval.demo import DEMO_DATA
     from velobins_eval.graph import config_files
     from velobins_net.inference import load_checkpoint

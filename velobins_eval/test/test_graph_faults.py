@@ -52,7 +52,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from velobins_eval.graph import config_files, executable
+from velobins_eval.graph import config_files
+from velobins_ros import executable
 
 pytestmark = pytest.mark.ros
 
@@ -223,7 +224,7 @@ def _stamp(msg: Any) -> float:
 
 @pytest.fixture(scope="module")
 def flight():
-    from velobins_eval.sim import simulate_flight
+    from velobins_data.sim import simulate_flight
 
     return simulate_flight("nano", "circle", 40.0, 5)
 
