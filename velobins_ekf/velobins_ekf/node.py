@@ -38,7 +38,9 @@ measurement 'align' waits for) or ``ground_truth`` (evaluation: the state of the
 than ``time_jump_reset`` (bag loop) restart the filter the same way. Parameters marked live
 (output rates, path, TF, the filter's noise model and gate) can be changed with ``ros2 param set``.
 
-Real time: IMU callbacks only feed the filter, which queues the intervals and integrates them as a
+Real time: the IMU subscription is raw and the node reads the seven numbers and the frame id it needs
+from the bytes (:mod:`velobins_ekf.imu_wire`: building the message object cost more than the rest); IMU
+callbacks only feed the filter, which queues the intervals and integrates them as a
 block when the odometry (``odom_rate``) reads the state (:mod:`velobins_ekf.batch`); the node spins
 on rclpy's ``EventsExecutor`` (``executor: events``), which takes a message at a fraction of the
 wait-set executor's cost. A full IMU queue (``input_queue_depth``) drops the oldest samples (DDS
@@ -53,6 +55,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import rclpy
+from builtin_interfaces.msg import Time
 from geometry_msgs.msg import PoseWithCovarianceStamped
 from nav_msgs.msg import Odometry
 from rclpy.node import Node
@@ -67,6 +70,7 @@ from velobins_ros.imu_frame import DEFAULT_IMU_FRAME_TIMEOUT, ImuFrame
 from .config import DISPLACEMENT_HISTORY_MARGIN, EkfConfig
 from .ekf import NavState
 from .events import EVENT_COUNTERS, USED_COUNTERS
+from .imu_wire import ImuView, WireError
 from .node_health import EkfHealth
 from .outputs import Outputs
 from .runner import VelocityEkf
@@ -208,7 +212,10 @@ class EkfNode(Node):
         self._dt = 0.01
         self._history_checked = False
         self.out = Outputs(self, self.odom_frame, self.base_frame)
-        self.imu_sub = self.create_subscription(Imu, cfg.imu_topic, self.on_imu, sensor_qos(cfg.input_queue_depth))
+        self._imu_view = ImuView()  # the IMU is read from its bytes (imu_wire): the message object costs more
+        self.imu_sub = self.create_subscription(
+            Imu, cfg.imu_topic, self.on_imu_raw, sensor_qos(cfg.input_queue_depth), raw=True
+        )
         self.velocity_sub = self.create_subscription(
             VelocityEstimate, cfg.velocity_topic, self.on_velocity, RELIABLE_QOS
         )
@@ -301,7 +308,16 @@ class EkfNode(Node):
         self._last_imu_t = None
         self.get_logger().info(f"initialised from ground truth at t={t:.3f}")
 
-    def on_imu(self, msg: Imu) -> None:
+    def on_imu_raw(self, raw: bytes) -> None:
+        """The IMU subscription's callback: the serialized message, read in place (:mod:`velobins_ekf.imu_wire`)."""
+        try:
+            self._imu_view.parse(raw)
+        except WireError as exc:
+            self.drops.drop("imu_malformed", str(exc))
+            return
+        self.on_imu(self._imu_view)
+
+    def on_imu(self, msg: Imu | ImuView) -> None:
         t = stamp_to_sec(msg.header.stamp)
         now = time.monotonic()
         health = self.health
@@ -386,6 +402,8 @@ class EkfNode(Node):
             self.health.nis.add(nis)
 
     def _publish_state(self, stamp, t: float) -> None:
+        if not isinstance(stamp, Time):  # an ImuView's stamp
+            stamp = Time(sec=stamp.sec, nanosec=stamp.nanosec)
         if not self.out.publish_state(self.filter, stamp, t, self._last_gyro, self._dt):
             self.get_logger().error("filter state became non-finite: restarting it (nothing published)")
             self.drops.counts["non_finite_state"] += 1
