@@ -134,18 +134,13 @@ MIN_COPY_NODES = 40
 """A function body must have this many AST nodes before a structural match counts (no one-liners)."""
 
 PENDING: dict[tuple[str, str], str] = {
-    ("velobins_common/velobins_common/health.py", "defines chi2_cdf"): "EKF/health engineer",
-    ("velobins_common/velobins_common/health.py", "defines chi2_quantile"): "EKF/health engineer",
-    ("velobins_common/velobins_common/health.py", "copies chi2_cdf"): "EKF/health engineer",
-    ("velobins_common/velobins_common/health.py", "copies chi2_quantile"): "EKF/health engineer",
     ("velobins_net/velobins_net/train.py", "assigns HALF_LOG_2PI"): "training engineer",
     ("velobins_net/velobins_net/train.py", "writes log(2π)"): "training engineer",
     ("velobins_net/velobins_net/train_steps.py", "assigns HALF_LOG_2PI"): "training engineer",
     ("velobins_net/velobins_net/train_steps.py", "writes log(2π)"): "training engineer",
 }
 """Known copies in files other engineers own (issue 22), to be replaced by imports from the home:
-health.py's χ² series by ``velobins_common.stats``; train*.py's ``_HALF_LOG_2PI`` by
-``velobins_common.stats.HALF_LOG_2PI``."""
+train*.py's ``_HALF_LOG_2PI`` by ``velobins_common.stats.HALF_LOG_2PI``."""
 
 ALLOWED: dict[tuple[str, str], str] = {
     ("velobins_net/velobins_net/baselines/frames.py", "defines so3_log"): (

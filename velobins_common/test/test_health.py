@@ -26,7 +26,7 @@ from velobins_common.health import (
     ekf_status,
     net_status,
 )
-from velobins_common.statistics import chi2_quantile
+from velobins_common.stats import chi2_quantile
 
 
 def test_rate_meter_rate_and_age() -> None:

@@ -24,7 +24,7 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from velobins_common.statistics import chi2_quantile
+from velobins_common.stats import chi2_quantile
 
 OK, WARN, ERROR, STALE = 0, 1, 2, 3
 """Diagnostic levels (the values of diagnostic_msgs/DiagnosticStatus)."""

@@ -5,10 +5,9 @@ from __future__ import annotations
 import numpy as np
 from scipy.spatial.transform import Rotation
 
+from velobins_common.constants import STANDARD_GRAVITY as G
 from velobins_ekf.nominal import nominal_step, rotation_series
 from velobins_ekf.so3 import so3_exp
-
-G = 9.80665
 
 
 def test_constant_rate_and_force_match_the_closed_form() -> None:

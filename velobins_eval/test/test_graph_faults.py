@@ -52,6 +52,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from velobins_common.constants import STANDARD_GRAVITY
 from velobins_eval.graph import config_files
 from velobins_ros import executable
 
@@ -157,7 +158,7 @@ class Probe:
             stamp = time.time() + self.offset
             acc, gyro = f.acc[k].copy(), f.gyro[k].copy()
             if imu == "g":
-                acc = acc / 9.80665
+                acc = acc / STANDARD_GRAVITY
             elif imu == "frd":
                 acc, gyro = acc * [1.0, -1.0, -1.0], gyro * [1.0, -1.0, -1.0]
             _set_stamp(imu_msg, stamp)
