@@ -51,14 +51,16 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import rclpy
 from builtin_interfaces.msg import Time
-from geometry_msgs.msg import PoseWithCovarianceStamped
-from nav_msgs.msg import Odometry
+from geometry_msgs.msg import PoseWithCovarianceStamped, TransformStamped
+from nav_msgs.msg import Odometry, Path
 from rclpy.node import Node
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import Imu
 from std_srvs.srv import Trigger
 
@@ -211,7 +213,16 @@ class EkfNode(Node):
         self._last_gyro = np.zeros(3)
         self._dt = 0.01
         self._history_checked = False
-        self.out = Outputs(self, self.odom_frame, self.base_frame)
+        out_qos = QoSProfile(depth=cfg.output_queue_depth, reliability=ReliabilityPolicy.RELIABLE)
+        self.out = Outputs(
+            self,
+            self.odom_frame,
+            self.base_frame,
+            self.create_publisher(Odometry, cfg.odometry_topic, out_qos),
+            self.create_publisher(Path, cfg.path_topic, RELIABLE_QOS) if cfg.path_topic else None,
+            self.create_publisher(Odometry, cfg.update_topic, out_qos) if cfg.update_topic else None,
+            self._make_tf_broadcaster,
+        )
         self._imu_view = ImuView()  # the IMU is read from its bytes (imu_wire): the message object costs more
         self.imu_sub = self.create_subscription(
             Imu, cfg.imu_topic, self.on_imu_raw, sensor_qos(cfg.input_queue_depth), raw=True
@@ -251,6 +262,24 @@ class EkfNode(Node):
     def _on_filter(self, config: EkfConfig) -> None:
         self.filter_config = config
         self.filter.set_config(config)
+
+    def _make_tf_broadcaster(self) -> Callable[[TransformStamped], None]:
+        """tf2_ros's broadcaster (a declared dependency); where it is missing (the ROS PyPI wheels
+        ship none), a plain ``tf2_msgs/TFMessage`` publisher on ``/tf``, said once in the log."""
+        try:
+            from tf2_ros import TransformBroadcaster
+        except ImportError as exc:
+            try:
+                from tf2_msgs.msg import TFMessage
+            except ImportError:
+                raise RuntimeError(
+                    f"publish_tf needs tf2_ros (an exec_depend of velobins_ekf) or tf2_msgs: {exc}; "
+                    "install ros-$ROS_DISTRO-tf2-ros or set publish_tf: false"
+                ) from exc
+            self.get_logger().info(f"tf2_ros not importable ({exc}): publishing tf2_msgs/TFMessage on /tf directly")
+            pub = self.create_publisher(TFMessage, "/tf", QoSProfile(depth=100, durability=DurabilityPolicy.VOLATILE))
+            return lambda transform: pub.publish(TFMessage(transforms=[transform]))
+        return TransformBroadcaster(self).sendTransform
 
     # ------------------------------------------------------------------ services
     def on_reset(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:

@@ -15,32 +15,41 @@ import numpy as np
 from geometry_msgs.msg import PoseStamped, TransformStamped
 from nav_msgs.msg import Odometry, Path
 from rclpy.node import Node
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.publisher import Publisher
 
-from velobins_ros import RELIABLE_QOS, sec_to_stamp, set_xyz
+from velobins_ros import sec_to_stamp, set_xyz
 
 from .runner import VelocityEkf
 from .so3 import matrix_to_quat
 
 
 class Outputs:
-    """Publishers of the EKF node and the message building (see module docstring).
+    """The EKF node's outputs and their message building (see module docstring).
 
     Args:
         node: the EKF node (its ``config`` is read at each call: output parameters are live).
         odom_frame, base_frame: frame ids as published (frame_prefix included).
+        odom_pub, path_pub, update_pub: the node's publishers (the node creates them: its module is the
+            one place the graph's topics are read from); None where a topic is disabled.
+        make_tf: makes the TF broadcaster (called when ``publish_tf`` is or becomes true).
     """
 
-    def __init__(self, node: Node, odom_frame: str, base_frame: str) -> None:
-        cfg = node.config
+    def __init__(
+        self,
+        node: Node,
+        odom_frame: str,
+        base_frame: str,
+        odom_pub: Publisher,
+        path_pub: Publisher | None,
+        update_pub: Publisher | None,
+        make_tf: Callable[[], Callable[[TransformStamped], None]],
+    ) -> None:
         self.node, self.odom_frame, self.base_frame = node, odom_frame, base_frame
-        out_qos = QoSProfile(depth=cfg.output_queue_depth, reliability=ReliabilityPolicy.RELIABLE)
-        self.odom_pub = node.create_publisher(Odometry, cfg.odometry_topic, out_qos)
-        self.path_pub = node.create_publisher(Path, cfg.path_topic, RELIABLE_QOS) if cfg.path_topic else None
-        self.update_pub = node.create_publisher(Odometry, cfg.update_topic, out_qos) if cfg.update_topic else None
+        self.odom_pub, self.path_pub, self.update_pub = odom_pub, path_pub, update_pub
         self.path = Path()
         self.path.header.frame_id = odom_frame
-        self._tf = self._make_tf_broadcaster() if cfg.publish_tf else None
+        self._make_tf = make_tf
+        self._tf = make_tf() if node.config.publish_tf else None
         self.restart()
 
     def restart(self) -> None:
@@ -52,7 +61,7 @@ class Outputs:
         """Apply live changes of the node's output parameters."""
         cfg = self.node.config
         if cfg.publish_tf and self._tf is None:
-            self._tf = self._make_tf_broadcaster()  # kept when switched off again (publishing is gated)
+            self._tf = self._make_tf()  # kept when switched off again (publishing is gated)
         if len(self.path.poses) > cfg.path_max_length:
             del self.path.poses[: len(self.path.poses) - cfg.path_max_length]
 
@@ -128,24 +137,3 @@ class Outputs:
                 self.path.header.stamp = stamp
                 self.path_pub.publish(self.path)
         return True
-
-    def _make_tf_broadcaster(self) -> Callable[[TransformStamped], None]:
-        """tf2_ros's broadcaster (a declared dependency); where it is missing (the ROS PyPI wheels
-        ship none), a plain ``tf2_msgs/TFMessage`` publisher on ``/tf``, said once in the log."""
-        try:
-            from tf2_ros import TransformBroadcaster
-        except ImportError as exc:
-            try:
-                from tf2_msgs.msg import TFMessage
-            except ImportError:
-                raise RuntimeError(
-                    f"publish_tf needs tf2_ros (an exec_depend of velobins_ekf) or tf2_msgs: {exc}; "
-                    "install ros-$ROS_DISTRO-tf2-ros or set publish_tf: false"
-                ) from exc
-            self.node.get_logger().info(
-                f"tf2_ros not importable ({exc}): publishing tf2_msgs/TFMessage on /tf directly"
-            )
-            qos = QoSProfile(depth=100, durability=DurabilityPolicy.VOLATILE)
-            pub = self.node.create_publisher(TFMessage, "/tf", qos)
-            return lambda transform: pub.publish(TFMessage(transforms=[transform]))
-        return TransformBroadcaster(self.node).sendTransform
