@@ -456,8 +456,11 @@ def spin_events(node: Node) -> None:
 
 def _spin(node: EkfNode) -> None:
     if node.config.executor == "events":
-        spin_events(node)
-        return
+        try:
+            spin_events(node)
+            return
+        except ImportError as exc:  # an rclpy without rclpy.experimental (before Jazzy)
+            node.get_logger().warning(f"executor 'events' unavailable ({exc}): spinning single-threaded")
     while running():
         rclpy.spin_once(node, timeout_sec=0.1)
 
