@@ -183,6 +183,10 @@ class EkfNodeConfig:
     """Wall seconds a hold over an IMU gap, a restart or a set pose stays in the diagnostics (WARN)."""
     silence_warn_after: float = param(2.0, min=0.1, max=3600.0, live=True)
     """Wall seconds without odometry while IMU arrives before a (throttled) WARN naming the cause."""
+    startup_grace: float = param(30.0, min=0.0, max=3600.0)
+    """Seconds after the start during which, until the node is first OK, its health changes are logged at
+    INFO and the silence warning waits: a healthy start (inputs arriving, a model loading) prints no WARN;
+    a node not OK by then says so at WARN. /diagnostics shows the true level from the start. 0: no grace."""
     nis_window: int = param(60, min=1, max=100000)
     """Updates whose NIS (normalised innovation squared) the consistency test sums: 3 s at 20 Hz. The shipped
     model's largest 60-update mean NIS on the demo flights is 2.5 against an alarm at 4.07; an FRD IMU or an

@@ -59,6 +59,7 @@ class EkfHealth:
             meters,
             cfg.silence_warn_after,
             "odometry",
+            cfg.startup_grace,
         )
         self.base.drop_counts = self.all_drops
         self.base.extra_values = self.values

@@ -125,6 +125,10 @@ class NetNodeConfig:
     """Wall seconds without a message after which an input stream counts as stopped (diagnostics)."""
     silence_warn_after: float = param(2.0, min=0.1, max=3600.0, live=True)
     """Wall seconds without an estimate while IMU arrives before a (throttled) WARN naming the cause."""
+    startup_grace: float = param(30.0, min=0.0, max=3600.0)
+    """Seconds after the start during which, until the node is first OK, its health changes are logged at
+    INFO and the silence warning waits: a healthy start (inputs arriving, a model loading) prints no WARN;
+    a node not OK by then says so at WARN. /diagnostics shows the true level from the start. 0: no grace."""
 
 
 class VeloBinsNetNode(Node):
@@ -227,6 +231,7 @@ class VeloBinsNetNode(Node):
             meters,
             cfg.silence_warn_after,
             f"{self.kind} estimate",
+            cfg.startup_grace,
         )
         self.health.drop_counts = lambda: self.drops.counts
         self.health.extra_values = self._values

@@ -34,28 +34,55 @@ class Diagnostics:
         hardware_id: the ``hardware_id`` of the status (the vehicle's body frame).
         period: seconds between publications (steady clock).
         decide: ``time.monotonic()`` → the current :class:`Status`.
+        startup_grace: seconds after the start during which, until the first OK, the changes of level
+            are logged at INFO (a healthy start waits for its inputs and prints no WARN); a node not OK
+            by then says so once at WARN, and from the first OK on every change to a problem is a WARN.
+            /diagnostics carries the true level from the start. 0: WARN from the start.
     """
 
     def __init__(
-        self, node: Node, what: str, hardware_id: str, period: float, decide: Callable[[float], Status]
+        self,
+        node: Node,
+        what: str,
+        hardware_id: str,
+        period: float,
+        decide: Callable[[float], Status],
+        startup_grace: float = 0.0,
     ) -> None:
         self.node = node
         self.name = f"{node.get_fully_qualified_name()}: {what}"
         self.hardware_id = hardware_id
         self.decide = decide
         self.last: Status | None = None
+        self.startup_grace = startup_grace
+        self._started = time.monotonic()
+        self._ok_seen = False
+        self._late_said = False
         self._pub = node.create_publisher(DiagnosticArray, DIAGNOSTICS_TOPIC, DIAGNOSTICS_QOS)
         self._timer = node.create_timer(period, self.publish, clock=Clock(clock_type=ClockType.STEADY_TIME))
 
+    def starting(self, now: float) -> bool:
+        """True while the node is in its start-up grace: not OK yet, less than ``startup_grace`` s in."""
+        return not self._ok_seen and now - self._started < self.startup_grace
+
     def publish(self) -> None:
         """Decide the state now and publish it (also logs each change of level)."""
-        status = self.decide(time.monotonic())
+        now = time.monotonic()
+        status = self.decide(now)
+        starting = self.starting(now)
+        self._ok_seen = self._ok_seen or status.level == OK
         if self.last is None or status.level != self.last.level:
             text = f"health {LEVEL_NAMES[status.level]}: {status.message}"
-            if status.level == OK:  # one severity per call site (rclpy refuses a change)
+            if status.level == OK or starting:  # one severity per call site (rclpy refuses a change)
                 self.node.get_logger().info(text)
             else:
                 self.node.get_logger().warning(text)
+        elif not self._ok_seen and not starting and not self._late_said and self.startup_grace > 0:
+            self.node.get_logger().warning(
+                f"health {LEVEL_NAMES[status.level]} {self.startup_grace:g} s after the start: {status.message}"
+            )
+        if not starting:
+            self._late_said = True
         self.last = status
         msg = DiagnosticArray()
         msg.header.stamp = self.node.get_clock().now().to_msg()
@@ -101,6 +128,7 @@ class NodeHealth:
         silence_after: seconds without output while the first input arrives before the warning
             (live: :meth:`set_silence_after`).
         output: what the node outputs, for the warning ("odometry", "velocity estimate").
+        startup_grace: see :class:`Diagnostics`; the silence warning waits for it too.
     """
 
     def __init__(
@@ -113,6 +141,7 @@ class NodeHealth:
         meters: Mapping[str, RateMeter],
         silence_after: float,
         output: str,
+        startup_grace: float = 0.0,
     ) -> None:
         self.node, self.meters, self.output = node, dict(meters), output
         self.last_output: float | None = None
@@ -121,7 +150,7 @@ class NodeHealth:
         self._alarm = SilenceAlarm(silence_after)
         self.drop_counts: Callable[[], Mapping[str, int]] = dict
         self.extra_values: Callable[[float], dict[str, str]] = lambda now: {}
-        self.diagnostics = Diagnostics(node, what, hardware_id, period, self.status)
+        self.diagnostics = Diagnostics(node, what, hardware_id, period, self.status, startup_grace)
 
     def set_silence_after(self, seconds: float) -> None:
         """A live change of the node's ``silence_warn_after``."""
@@ -140,7 +169,7 @@ class NodeHealth:
         """Log a throttled WARN naming ``cause(now)`` when no output went out for ``silence_after`` s."""
         now = time.monotonic()
         silence = self.silence(now)
-        if self._alarm.due(now, silence, 0.0, timeout):
+        if not self.diagnostics.starting(now) and self._alarm.due(now, silence, 0.0, timeout):
             first = next(iter(self.meters))
             self.node.get_logger().warning(f"no {self.output} for {silence:.1f} s while {first} arrives: {cause(now)}")
 
