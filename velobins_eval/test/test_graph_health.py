@@ -222,7 +222,9 @@ def test_diagnostic_states(ros_domain: int, setup: gf.GraphSetup, tmp_path: Path
     net_log, ekf_log = tmp_path / "net.log", tmp_path / "ekf.log"
     procs = [
         start("velobins_net", "velobins_net_node", net_log, {**common, "model_path": setup.checkpoint}),
-        start("velobins_ekf", "velobins_ekf_node", ekf_log, common),
+        # the phases are about the input streams: IMU loss and latency (on a loaded machine this process's
+        # publisher drops samples and runs late) are left out here; velobins_common's test_health checks them
+        start("velobins_ekf", "velobins_ekf_node", ekf_log, {**common, "imu_loss_warn": 1.0, "latency_warn": 60.0}),
     ]
     probe = Probe(ros_domain)
     try:
