@@ -13,6 +13,7 @@ import ast
 import dataclasses
 import inspect
 import itertools
+import math
 import re
 import textwrap
 import typing
@@ -101,7 +102,9 @@ def add_config_options(
         defaults: an instance whose values replace the class defaults (e.g. a nested config).
 
     The parsed value lands in ``args.<field>``; an ``Optional`` field accepts its base type and
-    keeps ``None`` as default. Booleans become ``--flag`` / ``--no-flag``.
+    keeps ``None`` as default. Booleans become ``--flag`` / ``--no-flag``. A value is checked as it
+    is parsed: a float must be finite, and every value within the field's :class:`ParamSpec`, so
+    ``--time-budget inf`` or ``--bins 1`` is a usage error naming the option, not a traceback.
     """
     flags = dict(flags or {})
     choices = dict(choices or {})
@@ -126,12 +129,31 @@ def add_config_options(
         parser.add_argument(
             option,
             dest=name,
-            type=kind,
+            type=_option_type(cls, name, kind),
             default=default,
             choices=tuple(choices[name]) if name in choices else None,
             metavar=None if name in choices else name.upper(),
             help=help_text + shown,
         )
+
+
+def _option_type(cls: type, name: str, kind: type) -> Any:
+    """argparse ``type=`` of a config field: ``kind`` from the text, finite, within the field's spec."""
+
+    def convert(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {kind.__name__}, got {text!r}") from None
+        if isinstance(value, float) and not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+        try:
+            return coerce_value(cls, name, value)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc).split(": ", 1)[-1]) from None
+
+    convert.__name__ = kind.__name__
+    return convert
 
 
 def _default(field: dataclasses.Field) -> Any:

@@ -39,6 +39,7 @@ from rosbags.typesys import Stores, get_types_from_msg, get_typestore
 from rosbags.typesys.store import Typestore
 
 from velobins_common.constants import ROTOR_COMMAND, ROTOR_SPEED, RPM_TO_RAD_PER_S, canonical_rotor_kind
+from velobins_common.errors import UserError
 from velobins_common.interp import interp_columns
 from velobins_common.outputs import atomic_path
 
@@ -67,7 +68,7 @@ BAG_FORMAT_VERSION = 2
 """Version of the custom metadata :func:`write_bag` stores (2: rotor kinds ``speed``/``command``)."""
 
 
-class BagError(ValueError):
+class BagError(UserError):
     """A flight cannot be written as a bag, or a bag read as a flight (names the file and what is wrong)."""
 
 

@@ -31,6 +31,7 @@ from velobins_common.constants import (
     UNIT_QUATERNION_TOLERANCE,
     canonical_rotor_kind,
 )
+from velobins_common.errors import UserError
 
 # ROTOR_KINDS (allowed values of Flight.rotor_kind), STANDARD_GRAVITY (the gravity of a flight whose
 # dataset states none) and UNIT_QUATERNION_TOLERANCE come from velobins_common.constants, the one definition.
@@ -39,7 +40,7 @@ _MIN_RATE_HZ = 20.0
 _MAX_RATE_HZ = 5000.0
 
 
-class FlightError(ValueError):
+class FlightError(UserError):
     """A flight violates the :class:`Flight` contract.
 
     The message always names the source, the field and (where there is one) the first bad row,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import shutil
 import subprocess
 import sys
 import time
@@ -16,7 +17,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from velobins_common.outputs import LOCK_NAME, RunLock
+from velobins_common.errors import UserError
+from velobins_common.outputs import LOCK_NAME, MANIFEST_NAME, RunLock
 from velobins_data.sim.batch import simulate_many
 from velobins_eval.cli import main
 from velobins_net import checkpoint as checkpoint_module
@@ -122,7 +124,7 @@ def test_ctrl_c_during_a_checkpoint_save_leaves_the_last_one_loadable(trained, t
     before = path.read_bytes()
 
     def interrupted_save(obj, f, *a, **kw):
-        Path(f).write_bytes(b"half a checkpoint")
+        f.write(b"half a checkpoint")
         raise KeyboardInterrupt
 
     monkeypatch.setattr(checkpoint_module.torch, "save", interrupted_save)
@@ -174,21 +176,39 @@ def test_non_finite_validation_is_not_reported_as_best(flights, tmp_path, monkey
     assert history[0]["val_nll"] is None and history[0]["val_ave"] is None
 
 
-def test_evaluate_refuses_an_old_report_and_overwrite_replaces_all_of_it(flights, trained, tmp_path, capsys) -> None:
-    out = tmp_path / "report"
+@pytest.fixture(scope="module")
+def old_report(flights: Path, trained: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real evaluate run, then an extra plot and an edited table inside the entries it owns."""
+    out = tmp_path_factory.mktemp("old") / "report"
     args = ["evaluate", "--checkpoint", str(trained / "best.pt"), "--dataset", "csv", "--data", str(flights)]
-    (out / "plots").mkdir(parents=True)
+    assert main([*args, "--out", str(out), "--no-imu-only"]) == 0
     (out / "plots" / "old_flight.png").write_bytes(b"old")
     (out / "metrics.md").write_text("old table")
+    return out
+
+
+def copy_of(run: Path, where: Path) -> Path:
+    shutil.copytree(run, where)
+    return where
+
+
+def test_evaluate_refuses_an_old_report_and_overwrite_replaces_all_of_it(
+    flights, trained, old_report, tmp_path, capsys
+) -> None:
+    out = copy_of(old_report, tmp_path / "report")
+    (out / "notes.txt").write_text("mine")  # not the command's: never touched
+    args = ["evaluate", "--checkpoint", str(trained / "best.pt"), "--dataset", "csv", "--data", str(flights)]
     before = snapshot(out)
     assert main([*args, "--out", str(out), "--no-imu-only"]) == 2
-    assert "already holds a evaluate run" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "already holds an evaluate run" in err and "--overwrite" in err and "--resume" not in err
     assert snapshot(out) == before
     assert main([*args, "--out", str(out), "--no-imu-only", "--overwrite"]) == 0
     assert not (out / "plots" / "old_flight.png").exists()
     assert "old table" not in (out / "metrics.md").read_text()
     assert len(list((out / "plots").glob("*.png"))) == 3
-    assert not [p for p in out.iterdir() if p.name.startswith(".")]
+    assert (out / "notes.txt").read_text() == "mine"
+    assert [p.name for p in out.iterdir() if p.name.startswith(".")] == [MANIFEST_NAME]
 
 
 def test_evaluate_checks_the_checkpoint_fits_the_flights(trained, tmp_path, capsys) -> None:
@@ -221,21 +241,21 @@ def test_progress_bars_stay_out_of_logs(flights, tmp_path) -> None:
     assert "epoch 1/2:" in res.stdout and "epoch 2/2:" in res.stdout
 
 
-def test_a_failed_evaluate_overwrite_keeps_the_earlier_report(flights, trained, tmp_path, monkeypatch, capsys) -> None:
+def test_a_failed_evaluate_overwrite_keeps_the_earlier_report(
+    flights, trained, old_report, tmp_path, monkeypatch, capsys
+) -> None:
     import velobins_eval.evaluate as evaluate_module
 
-    out = tmp_path / "report"
-    (out / "plots").mkdir(parents=True)
-    (out / "plots" / "old_flight.png").write_bytes(b"old")
-    (out / "metrics.md").write_text("old table")
+    out = copy_of(old_report, tmp_path / "report")
     before = snapshot(out)
+    names = sorted(p.name for p in out.iterdir())
 
     def fails(*args, **kwargs):
-        raise ValueError("flight.csv: the filter failed")
+        raise UserError("flight.csv: the filter failed")
 
     monkeypatch.setattr(evaluate_module, "fuse_flight", fails)
     args = ["evaluate", "--checkpoint", str(trained / "best.pt"), "--dataset", "csv", "--data", str(flights)]
     assert main([*args, "--out", str(out), "--no-imu-only", "--overwrite"]) == 2
     assert "the filter failed" in capsys.readouterr().err
     assert snapshot(out) == before
-    assert sorted(p.name for p in out.iterdir()) == ["metrics.md", "plots"]
+    assert sorted(p.name for p in out.iterdir()) == names

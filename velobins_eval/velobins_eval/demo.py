@@ -31,7 +31,7 @@ import math
 import time
 from pathlib import Path
 
-from velobins_common.outputs import RunLayout, RunLock, atomic_write_text, open_run_dir, output_mode
+from velobins_common.outputs import Run, RunLayout, atomic_write_text, open_run_dir, output_mode
 
 from . import metrics, report
 
@@ -54,10 +54,12 @@ def _step(title: str) -> float:
     return time.monotonic()
 
 
-def open_demo_dir(out: Path, overwrite: bool) -> RunLock:
-    """Lock ``out`` for the demo; refuse one holding an earlier demo run unless ``overwrite`` (then it is removed).
+def open_demo_dir(out: Path, overwrite: bool) -> Run:
+    """Lock ``out`` for the demo; refuse one holding an earlier demo run unless ``overwrite``.
 
-    Returns the held lock (a context manager). Raises :class:`OutputError` naming ``out``.
+    Returns the staged :class:`~velobins_common.outputs.Run` (a context manager): the demo writes into
+    ``run.path`` and an earlier run is replaced only when the new one is complete (``run.commit()``).
+    Raises :class:`OutputError` naming ``out``.
     """
     return open_run_dir(out, LAYOUT, output_mode(overwrite=overwrite))
 
@@ -95,15 +97,22 @@ def run_demo(args: argparse.Namespace, out: Path, models: dict) -> int:
     text = finish(args, out, seqs, graph_metrics, offline_records, imu_config, timings, what, filters)
     timings["report"] = time.monotonic() - t
     timings["total"] = time.monotonic() - wall0
+
+    def final(path: Path) -> str:  # where a file written here lies once the run is committed into --out
+        path = Path(path)
+        return str(args.out / path.relative_to(out) if path.is_relative_to(out) else path)
+
     config = {
         "args": {k: str(v) for k, v in vars(args).items()},
-        "models": {label: {"checkpoint": str(m.checkpoint), "overlay": str(m.overlay)} for label, m in models.items()},
+        "models": {
+            label: {"checkpoint": final(m.checkpoint), "overlay": final(m.overlay)} for label, m in models.items()
+        },
         "timings_s": timings,
     }
     atomic_write_text(out / "config.json", json.dumps(config, indent=1))
     print(f"\n{text}\n")
     print("timings [s]: " + ", ".join(f"{k} {v:.0f}" for k, v in timings.items()))
-    print(f"report: {out / 'report.md'}, plots: {out / 'offline' / 'plots'} and {out / 'graph'}")
+    print(f"report: {args.out / 'report.md'}, plots: {args.out / 'offline' / 'plots'} and {args.out / 'graph'}")
     return 0
 
 

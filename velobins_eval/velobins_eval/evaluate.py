@@ -20,12 +20,12 @@ and writes the report of :mod:`velobins_eval.report`.
 from __future__ import annotations
 
 import dataclasses
-import os
 from pathlib import Path
 
 import numpy as np
 
-from velobins_common.outputs import RunLayout
+from velobins_common.errors import UserError
+from velobins_common.outputs import Run, RunLayout
 from velobins_data.flight import Flight
 
 from . import metrics
@@ -78,7 +78,7 @@ def predict_flight(model, seq: Flight, config=None, uncertainty: str | None = No
             vs.append(pred.velocity)
             vars_.append(pred.variance)
     if not ts:
-        raise ValueError(f"{seq.source}: flight too short for one network window ({seq.duration:.2f} s)")
+        raise UserError(f"{seq.source}: flight too short for one network window ({seq.duration:.2f} s)")
     return np.asarray(ts), np.asarray(vs), np.asarray(vars_)
 
 
@@ -89,7 +89,7 @@ def fuse_flight(seq: Flight, t: np.ndarray, v: np.ndarray, var: np.ndarray, meth
     res = run_offline(seq.t, seq.acc, seq.gyro, t, v, var, init_state=ground_truth_state(seq), config=ekf_config)
     ups = [u for u in res.updates if u.accepted]
     if not ups:
-        raise ValueError(f"{seq.source}: the filter applied no update (stats: {res.stats})")
+        raise UserError(f"{seq.source}: the filter applied no update (stats: {res.stats})")
     index = np.searchsorted(t, np.array([u.stamp for u in ups]))
     return record_of_run(seq, method, ups, res, v[index], var[index])
 
@@ -132,7 +132,9 @@ def imu_only_flight(seq: Flight, t_eval: np.ndarray, ekf_config=None) -> FlightR
 
 
 EVALUATE_LAYOUT = RunLayout(
-    "evaluate", ("metrics.json", "metrics.md", "config.json", "plots", "report.md", "report.html", "estimates")
+    "evaluate",
+    ("metrics.json", "metrics.md", "config.json", "plots", "report.md", "report.html", "estimates"),
+    resumable=False,
 )
 """What ``velobins evaluate`` owns in ``--out`` (the report of :mod:`velobins_eval.report`)."""
 
@@ -169,7 +171,7 @@ def filter_summary(files: list[Path], source: str, ekf_config, predictor_config=
 
 
 def check_fits(model, path: Path, seqs: list[Flight]) -> None:
-    """Raise ``ValueError`` unless every flight has the rotor count and kind ``model`` was trained on.
+    """Raise ``UserError`` unless every flight has the rotor count and kind ``model`` was trained on.
 
     The input normalisation and the encoder's input width depend on both; a PWM model fed rad/s
     (or four rotor columns fed to a six-rotor model) scores garbage without any other error.
@@ -178,20 +180,25 @@ def check_fits(model, path: Path, seqs: list[Flight]) -> None:
     for seq in seqs:
         got = (seq.num_rotors, seq.rotor_kind)
         if got != want:
-            raise ValueError(
+            raise UserError(
                 f"{path}: checkpoint does not fit flight {seq.source}: it was trained on {want[0]} rotors of kind "
                 f"'{want[1]}', the flight has {got[0]} rotors of kind '{got[1]}'"
             )
 
 
-def evaluate_checkpoint(path: Path, seqs: list[Flight], ekf_config=None, progress: bool = True, predictor_config=None):
-    """(method label, {flight: record}) of one checkpoint on ``seqs`` (checked to fit them first)."""
+def evaluate_checkpoint(
+    path: Path, seqs: list[Flight], ekf_config=None, progress: bool = True, predictor_config=None, label=None
+):
+    """(method label, {flight: record}) of one checkpoint on ``seqs`` (checked to fit them first).
+
+    ``label`` names the method in the report (default: the checkpoint's variant).
+    """
     from velobins_common.progress import progress_bar
     from velobins_net.inference import load_checkpoint
 
     model = load_checkpoint(path)
     check_fits(model, path, seqs)
-    label = method_label(path)
+    label = label or method_label(path)
     records = {}
     for seq in progress_bar(seqs, desc=f"evaluating {label}", unit="flight", enabled=progress):
         records[seq.name] = flight_record(model, seq, label, predictor_config, ekf_config)
@@ -218,27 +225,16 @@ def _predictor_defaults():
 
 
 def write_report_atomically(
-    records, gts, out_dir: Path, config: dict, filters: dict | None = None, mcap: bool = True, title: str | None = None
+    records, gts, run: Run, config: dict, filters: dict | None = None, mcap: bool = True, title: str | None = None
 ) -> str:
-    """:func:`~velobins_eval.report.write_report` into a staging directory, then move it into ``out_dir``.
+    """:func:`~velobins_eval.report.write_report` into the run's staging folder, then commit it.
 
-    A failure while writing (disk full, Ctrl-C) leaves ``out_dir`` without a partial report; an
-    earlier report there (``--overwrite``) is removed whole, every old plot included, only once
-    the new one is complete.
+    A failure while writing (disk full, Ctrl-C) leaves ``--out`` as it was; an earlier report
+    there (``--overwrite``) is replaced whole, every old plot included, only once the new one is
+    complete (:meth:`velobins_common.outputs.Run.commit`).
     """
-    import shutil
-
-    from velobins_common.outputs import remove_path, temp_path
-
-    staging = temp_path(out_dir / "report")
-    try:
-        table = write_report(
-            records, gts, staging, config, filters=filters, mcap=mcap, title=title or "VeloBins evaluation"
-        )
-        for name in EVALUATE_LAYOUT.existing(out_dir):
-            remove_path(out_dir / name)
-        for entry in sorted(staging.iterdir()):
-            os.replace(entry, out_dir / entry.name)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    table = write_report(
+        records, gts, run.path, config, filters=filters, mcap=mcap, title=title or "VeloBins evaluation"
+    )
+    run.commit()
     return table

@@ -8,15 +8,21 @@ it was trained on, the git commit, the optimizer and RNG states (for resuming), 
 
 from __future__ import annotations
 
+import dataclasses
+import io
+import math
 import pickle
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from velobins_common.constants import canonical_rotor_kind
-from velobins_common.outputs import atomic_path
+from velobins_common.errors import UserError
+from velobins_common.fields import coerce_value
+from velobins_common.outputs import atomic_write_bytes
 
 from .config import CHECKPOINT_FORMAT_VERSION, ModelConfig
 from .model import VeloBinsNet
@@ -26,8 +32,11 @@ REQUIRED_KEYS = ("format_version", "model_config", "variant", "bins", "normaliza
 READ_VERSIONS = (1, CHECKPOINT_FORMAT_VERSION)
 """Format versions :func:`read_checkpoint` reads; older ones are brought to the current layout by :func:`upgrade`."""
 
+MAX_CHECKPOINT_BYTES = 512 << 20
+"""Largest checkpoint file read (the paper's model is < 2 MB; the largest allowed model well under this)."""
 
-class CheckpointError(ValueError):
+
+class CheckpointError(UserError):
     """A checkpoint file is missing, malformed, of another format version, or does not match."""
 
     def __init__(self, path: str | Path, message: str):
@@ -57,13 +66,16 @@ def save_checkpoint(path: str | Path, payload: dict[str, Any]) -> Path:
     """Write ``payload`` atomically with the current format version.
 
     The temporary file is unique to the process (two writers never share it) and is removed if
-    the save fails or is interrupted, so the previous checkpoint at ``path`` stays loadable.
+    the save fails or is interrupted, so the previous checkpoint at ``path`` stays loadable; a full
+    disk is an ``OutputError`` naming ``path``. The payload is serialised in memory first, so every
+    failure to write is an ``OSError`` of the file, never one inside torch's writer.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     payload = {"format_version": CHECKPOINT_FORMAT_VERSION} | payload
-    with atomic_path(path) as tmp:
-        torch.save(payload, tmp)
+    buffer = io.BytesIO()
+    torch.save(payload, buffer)
+    atomic_write_bytes(path, buffer.getvalue())
     return path
 
 
@@ -84,6 +96,12 @@ def read_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(path, "no such checkpoint file")
+    size = path.stat().st_size
+    if size > MAX_CHECKPOINT_BYTES:
+        raise CheckpointError(
+            path,
+            f"file is {size / 2**20:.0f} MiB, more than a checkpoint holds (limit {MAX_CHECKPOINT_BYTES >> 20} MiB)",
+        )
     try:
         # weights_only: a checkpoint is data; loading one must never run code from the file.
         with torch.serialization.safe_globals(_numpy_globals()):
@@ -132,15 +150,83 @@ def upgrade(ckpt: dict[str, Any], path: str | Path = "<checkpoint>") -> dict[str
     return ckpt
 
 
+def checked_model_config(ckpt: dict[str, Any], path: str | Path = "<checkpoint>") -> ModelConfig:
+    """The checkpoint's :class:`ModelConfig`, every field's type and range checked before anything is built.
+
+    The ranges are the fields' own (``ModelConfig``'s ``param(..., min=, max=)``), so a crafted
+    ``num_bins = 2**31`` or ``d_model = 48.0`` is refused here, naming the file and the field,
+    instead of allocating gigabytes or failing deep inside torch.
+    """
+    raw = ckpt["model_config"]
+    if not isinstance(raw, dict):
+        raise CheckpointError(path, f"field 'model_config' is a {type(raw).__name__}, not a mapping")
+    known = {f.name for f in dataclasses.fields(ModelConfig)}
+    values = {}
+    for name, value in raw.items():
+        if name not in known:
+            raise CheckpointError(path, f"unknown field 'model_config.{name}'")
+        try:
+            values[name] = coerce_value(ModelConfig, str(name), value)
+        except ValueError as exc:
+            raise CheckpointError(path, f"field 'model_config.{name}' {str(exc).split(': ', 1)[-1]}") from None
+    try:
+        return ModelConfig.from_dict(values, source=str(path))
+    except (TypeError, ValueError) as exc:
+        raise CheckpointError(path, f"field 'model_config' is invalid: {exc}") from None
+
+
 def model_from_checkpoint(ckpt: dict[str, Any], path: str | Path = "<checkpoint>") -> VeloBinsNet:  # or a baseline
     """Rebuild the model (eval mode) from a checkpoint dict; errors name ``path`` and the field."""
-    try:
-        cfg = ModelConfig.from_dict(dict(ckpt["model_config"]), source=str(path))
-    except (TypeError, ValueError) as exc:
-        raise CheckpointError(path, f"field 'model_config' is invalid: {exc}") from exc
+    cfg = checked_model_config(ckpt, path)
     model = build_model(cfg)
     try:
         model.load_state_dict(ckpt["model_state"])
     except RuntimeError as exc:
         raise CheckpointError(path, f"field 'model_state' does not match 'model_config': {exc}") from exc
     return model.eval()
+
+
+def _best_record(path: Path) -> tuple[float, int] | None:
+    """(validation value, epoch) of the checkpoint at ``path``; None when it is missing or unreadable."""
+    if not path.is_file():
+        return None
+    try:
+        ckpt = read_checkpoint(path)
+        return float(ckpt["best"]["value"]), int(ckpt["epoch"])
+    except (CheckpointError, KeyError, TypeError, ValueError):
+        return None
+
+
+def resumed_best(resume: str | Path, ckpt: dict[str, Any], best_path: Path, write: bool = True) -> tuple[float, int]:
+    """The best (value, epoch) a run resumed from ``ckpt`` continues with; ``best_path`` repaired to match.
+
+    An interrupted save can leave ``best.pt`` and the checkpoint resumed from out of step: a run
+    that saved ``last.pt`` before ``best.pt`` (earlier versions) records a best epoch whose
+    ``best.pt`` was never written; one that saves ``best.pt`` first can leave a ``best.pt`` one
+    epoch ahead. The rules, in order: a ``best.pt`` of the recorded epoch is kept; a ``best.pt``
+    from after the resumed epoch is adopted (it is a complete model the run will re-train past);
+    when the resumed checkpoint is itself the recorded best, it is copied to ``best_path`` (with
+    ``write``); a readable ``best.pt`` of another epoch is adopted; otherwise the best restarts.
+    Repairs are reported on stderr.
+    """
+    recorded = ckpt.get("best") or {}
+    value, epoch = float(recorded.get("value", math.inf)), int(recorded.get("epoch", -1))
+    current = int(ckpt["epoch"])
+    found = _best_record(best_path)
+    if found is not None and found[1] == epoch:
+        return value, epoch
+    note = None
+    if found is not None and found[1] > current:
+        (value, epoch), note = found, f"kept {best_path} of epoch {found[1]} (saved before the interruption)"
+    elif epoch == current and epoch >= 0 and math.isfinite(value):
+        if write:
+            atomic_write_bytes(best_path, Path(resume).read_bytes())
+        note = f"wrote {best_path} from {resume}: epoch {epoch} was the best and its save was interrupted"
+    elif found is not None and math.isfinite(found[0]):
+        (value, epoch), note = found, f"best is {best_path} (epoch {found[1]}), not epoch {epoch} as recorded"
+    elif epoch >= 0:
+        value, epoch = math.inf, -1
+        note = f"{best_path} of the recorded best epoch is missing; the best restarts from the resumed epochs"
+    if note is not None and write:
+        print(f"resume: {note}", file=sys.stderr)
+    return value, epoch

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from velobins_common.constants import ROTOR_COMMAND, canonical_rotor_kind
+from velobins_common.fields import param
 
 # ----------------------------------------------------------------------------- paper constants
 HUBER_DELTA = 0.1
@@ -101,28 +102,30 @@ class ModelConfig:
             kernel-32 equivariant convolutions dominate its cost, so the CPU schedule shrinks it most).
     """
 
-    num_rotors: int = 4
-    rotor_kind: str = ROTOR_COMMAND
-    window_s: float = 1.0
-    rate_hz: float = 100.0
-    update_rate_hz: float = 20.0
-    d_model: int = 48
-    conv_channels: int = 16
-    conv_kernel: int = 5
-    num_heads: int = 4
-    ffn_dim: int = 224
-    num_layers: int = 2
-    head: str = "bins"
-    num_bins: int = 512
-    bin_encoding: str = "spe"
-    enc_channels: int = 64
-    enc_dim: int = 32
+    # Ranges: what a checkpoint may claim (checked before a model is built: issue 24); far beyond
+    # the paper's sizes, small enough that the largest allowed model still fits in memory.
+    num_rotors: int = param(4, min=1, max=16)
+    rotor_kind: str = ROTOR_COMMAND  # old names are aliases: __post_init__ makes them canonical
+    window_s: float = param(1.0, min=0.01, max=10.0)
+    rate_hz: float = param(100.0, min=1.0, max=2000.0)
+    update_rate_hz: float = param(20.0, min=0.1, max=1000.0)
+    d_model: int = param(48, min=1, max=512)
+    conv_channels: int = param(16, min=1, max=512)
+    conv_kernel: int = param(5, min=1, max=63)
+    num_heads: int = param(4, min=1, max=64)
+    ffn_dim: int = param(224, min=1, max=4096)
+    num_layers: int = param(2, min=1, max=16)
+    head: str = param("bins", choices=("bins", "reg"))
+    num_bins: int = param(512, min=2, max=8192)
+    bin_encoding: str = param("spe", choices=BIN_ENCODINGS)
+    enc_channels: int = param(64, min=4, max=1024)
+    enc_dim: int = param(32, min=1, max=1024)
     cov_head: bool = False
-    uncertainty: str = "B"
-    velocity_range: float = 5.0
-    method: str = "velobins"
-    baseline_width: float = 1.0
-    frame_width: float = 1.0
+    uncertainty: str = param("B", choices=("B", "C", "B+C"))
+    velocity_range: float = param(5.0, min=1e-3, max=100.0)
+    method: str = param("velobins", choices=METHODS)
+    baseline_width: float = param(1.0, min=0.01, max=4.0)
+    frame_width: float = param(1.0, min=0.01, max=4.0)
 
     def __post_init__(self) -> None:
         def bad(field_name: str, why: str) -> ValueError:

@@ -34,6 +34,8 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
+from velobins_common.errors import UserError
+
 from . import accel
 from .bins import BinGrid, decode, decode_queries
 from .config import AIIO_FILTER_MIN_LOG_STD, ModelConfig
@@ -212,9 +214,9 @@ LEGACY_M_CHECKPOINT = (
 """One-line reason an old M checkpoint is refused (docs/design.md, "M: RTMO's MLE loss")."""
 
 
-class LegacyMCheckpointError(RuntimeError, ValueError):
+class LegacyMCheckpointError(RuntimeError, UserError):
     """An old M state dict: a RuntimeError as ``load_state_dict`` raises (checkpoint loading wraps it
-    into a CheckpointError) and a ValueError, the suite's user error (one line, exit 2, e.g. on resume)."""
+    into a CheckpointError) and a UserError, the suite's user error (one line, exit 2, e.g. on resume)."""
 
 
 class RTMOSigmaHead(nn.Module):

@@ -31,13 +31,13 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from velobins_common.outputs import atomic_write_text
+from velobins_common.outputs import Run, atomic_write_text
 from velobins_common.progress import progress_bar
 from velobins_data.flight import Flight
 
 from .accel import reuse_freed_memory
 from .bins import BinGrid, velocity_range_from
-from .checkpoint import CheckpointError, git_commit, read_checkpoint, save_checkpoint
+from .checkpoint import CheckpointError, git_commit, read_checkpoint, resumed_best, save_checkpoint
 from .config import ModelConfig, config_differences
 from .data import WindowDataset, describe_sources, fit_normalization
 from .networks import build_model
@@ -247,16 +247,20 @@ def history_json(history: Seq[EpochRecord]) -> str:
     return json.dumps(rows, indent=1, allow_nan=False) + "\n"
 
 
-def train(cfg: TrainConfig, train_seqs: Seq[Flight], val_seqs: Seq[Flight], out_dir: str | Path) -> TrainResult:
+def train(cfg: TrainConfig, train_seqs: Seq[Flight], val_seqs: Seq[Flight], out_dir: str | Path | Run) -> TrainResult:
     """Train a variant on ``train_seqs``, validate on ``val_seqs``, write ``best.pt`` / ``last.pt`` to ``out_dir``.
 
     ``history.json`` is rewritten (atomically) after every epoch, and the TensorBoard log gets the
     epoch. ``best.pt`` is written only for an epoch whose validation metric is finite; when none
     is, ``TrainResult.best_epoch`` is -1 and there is no ``best.pt``. A non-finite training loss
     (divergence) ends training after that epoch. The caller owns the output directory (``velobins
-    train`` locks it). With ``cfg.time_budget`` the epoch count is planned from a timing pass,
-    re-planned after every epoch and a running epoch stops at the budget (rank 0's clock under DDP);
-    each history record carries the plan.
+    train`` locks it); given a :class:`~velobins_common.outputs.Run`, the files go to its current path
+    and the run is committed after each epoch's saves (the first one replaces an earlier run:
+    ``--overwrite``; the TensorBoard log opens after it). ``best.pt`` is saved before the ``last.pt``
+    that records it, and a resumed run repairs a ``best.pt`` that an interrupted save left out of step
+    (:func:`~velobins_net.checkpoint.resumed_best`). With ``cfg.time_budget`` the epoch count is
+    planned from a timing pass, re-planned after every epoch and a running epoch stops at the budget
+    (rank 0's clock under DDP); each history record carries the plan.
     """
     import time
 
@@ -265,7 +269,9 @@ def train(cfg: TrainConfig, train_seqs: Seq[Flight], val_seqs: Seq[Flight], out_
     dd = setup_distributed(device_kind)
     device = pick_device(cfg.device, dd.local_rank)
     with deterministic_algorithms(cfg.deterministic):
-        return _train(cfg, train_seqs, val_seqs, Path(out_dir), dd, device, t_start, cpu_start)
+        run = out_dir if isinstance(out_dir, Run) else None
+        where = run.directory if run is not None else Path(out_dir)
+        return _train(cfg, train_seqs, val_seqs, where, dd, device, t_start, cpu_start, run=run)
 
 
 def _train(
@@ -277,6 +283,7 @@ def _train(
     device: torch.device,
     t_start: float,
     cpu_start: float,
+    run: Run | None = None,
 ) -> TrainResult:
     """:func:`train` on its device, inside its determinism setting."""
     import time
@@ -313,7 +320,7 @@ def _train(
         if scaler is not None and "scaler_state" in ckpt:
             scaler.load_state_dict(ckpt["scaler_state"])
         start_epoch = int(ckpt["epoch"]) + 1
-        best_value, best_epoch = float(ckpt["best"]["value"]), int(ckpt["best"]["epoch"])
+        best_value, best_epoch = resumed_best(cfg.resume, ckpt, out_dir / "best.pt", write=dd.is_main)
         history = [EpochRecord(**h) for h in ckpt.get("history", [])]
         spent_before = float(ckpt.get("budget", {}).get("elapsed_s", 0.0))
         _set_rng_state(ckpt["rng"])
@@ -351,7 +358,7 @@ def _train(
             core, train_ds, val_ds, cfg.lr, cfg.batch_size, variant, grid, device, steps_per_epoch, precision
         )
         planned = agree(planner.plan(start_epoch, est), dd, device)
-    log = _open_log(cfg, out_dir, start_epoch, dd)
+    log = _open_log(cfg, out_dir, start_epoch, dd) if run is None else None  # a staged run: after its commit
     epoch = start_epoch
     try:
         while epoch < planned:
@@ -422,10 +429,14 @@ def _train(
                     }
                     | ({"scaler_state": scaler.state_dict()} if scaler is not None else {})
                 )
-                save_checkpoint(last_path, payload)
-                if improved:
-                    save_checkpoint(best_path, payload)
-                atomic_write_text(out_dir / "history.json", history_json(history))
+                where = run.path if run is not None else out_dir  # a staging folder until the first commit
+                if improved:  # best.pt first: a last.pt never records a best epoch that best.pt lacks
+                    save_checkpoint(where / best_path.name, payload)
+                save_checkpoint(where / last_path.name, payload)
+                atomic_write_text(where / "history.json", history_json(history))
+                if run is not None:
+                    run.commit()
+                    log = log or _open_log(cfg, out_dir, start_epoch, dd)
                 if log is not None:
                     log.epoch(rec, val.sigma, val.z)
                 if cfg.progress:

@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import gzip
 import warnings
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from velobins_common.errors import printable
 from velobins_data.dataset_kinds import KINDS
 from velobins_data.datasets.aiio import load_aiio
 from velobins_data.datasets.csv_format import read_csv, write_csv
@@ -126,6 +128,7 @@ def load_flight(
     if not Path(path).exists():
         raise DatasetError(path, "<file>", "no such file or directory")
     flight = _LOADERS[kind](path, **kwargs)
+    flight.name = printable(flight.name)  # a file name with a newline must not forge a report row or YAML entry
     if validate:
         check_flight(flight, allowed)
     return flight
@@ -248,6 +251,7 @@ def load_flights(
     files = flight_files(kind, path)
     enabled = len(files) > PROGRESS_MIN_FILES if progress is None else progress
     result = LoadResult()
+    paths: list[Path] = []
     for file in progress_bar(files, enabled=enabled, desc=f"loading {kind}", unit="file"):
         try:
             if cache_dir is None:
@@ -256,13 +260,36 @@ def load_flights(
                 flight = load_cached(kind, file, cache_dir, load_flight, validate=False, **kwargs)
                 check_flight(flight, allowed)
             result.sequences.append(flight)
+            paths.append(file)
         except UnusableFlightError as exc:
             result.skipped.append(SkippedFlight(file, _reason(exc)))
             warnings.warn(f"skipped: {exc}", UserWarning, stacklevel=2)
     if not result.sequences:
         listing = "; ".join(f"{s.path.name}: {s.reason}" for s in result.skipped)
         raise DatasetError(path, "<file>", f"no usable {kind} flight in {len(files)} file(s): {listing}")
+    distinct_names(result.sequences, paths, Path(path))
     return result
+
+
+def distinct_names(flights: list[Flight], paths: list[Path], root: Path) -> None:
+    """Name flights that share a name by their path relative to ``root`` (``a/x``, ``b/x``).
+
+    Reports and scores are keyed by flight name, so two ``x.csv`` in different subfolders were
+    scored as one flight; now each keeps its folder in its name. Raises :class:`DatasetError` when
+    names still collide (two files of one folder that an adapter names alike).
+    """
+    for flight in flights:
+        flight.name = printable(flight.name)  # also a cached flight's
+    counts = Counter(f.name for f in flights)
+    for flight, file in zip(flights, paths, strict=True):
+        if counts[flight.name] > 1 and root.is_dir():
+            folder = file.relative_to(root).parent
+            flight.name = printable((folder / flight.name).as_posix())
+    seen: dict[str, Path] = {}
+    for flight, file in zip(flights, paths, strict=True):
+        if flight.name in seen:
+            raise DatasetError(file, "<file>", f"flight name {flight.name!r} is also the name of {seen[flight.name]}")
+        seen[flight.name] = file
 
 
 def load_directory(kind: str, directory: str | Path, **kwargs: Any) -> list[Flight]:

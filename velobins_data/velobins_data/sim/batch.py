@@ -18,7 +18,6 @@ parameters and tracking error (the CSV header keeps only platform, gravity and d
 
 from __future__ import annotations
 
-import contextlib
 import json
 import multiprocessing
 import os
@@ -28,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from velobins_common.errors import OptionError
 from velobins_common.outputs import RunLayout, atomic_path, atomic_write_text, open_run_dir, remove_stale_temp_files
 from velobins_common.progress import progress_bar
 from velobins_data.sim.flight import flight_name, simulate_flight
@@ -39,6 +39,9 @@ MANIFEST_NAME = "simulation.json"
 
 LAYOUT = RunLayout("simulate", ("sim_*.csv", "sim_*.csv.gz", MANIFEST_NAME), resumable=False)
 """What a simulate run owns in its output folder (refused without, replaced with ``overwrite``)."""
+MAX_SECONDS = 3600.0
+"""Longest simulated flight [s]: an hour, beyond any multirotor battery; bounds the memory of one flight
+(``--seconds 1e9`` asked for terabytes)."""
 _MANIFEST_KEYS = ("family", "seed", "index", "trajectory", "tracking_rms", "max_speed", "platform", "rate_hz")
 
 
@@ -107,7 +110,7 @@ def simulate_many(
     Args:
         preset: preset name or :class:`~velobins_data.sim.presets.Preset`.
         flights: number of flights (families cycle through :data:`FAMILIES`).
-        seconds: duration of each flight [s].
+        seconds: duration of each flight [s], at most :data:`MAX_SECONDS`.
         seed: run seed; the output depends only on it (and the other arguments), not on ``workers``.
         out_dir: output folder (created if missing); it must not hold an earlier simulate run
             unless ``overwrite`` (module docstring).
@@ -126,39 +129,30 @@ def simulate_many(
             cancelled and the flights this run wrote are removed.
     """
     preset = get_preset(preset)
-    if seconds <= 0:
-        raise ValueError(f"simulate_many: seconds must be positive, got {seconds}")
+    if not 0 < seconds <= MAX_SECONDS:  # NaN fails too
+        raise OptionError("--seconds", f"must be in (0, {MAX_SECONDS:g}] s per flight, got {seconds}")
     plan = flight_plan(flights, seed)
     out = Path(out_dir)
     n_workers = min(len(plan), workers if workers is not None else (os.cpu_count() or 1))
     if n_workers < 1:
         raise ValueError(f"simulate_many: workers must be >= 1, got {workers}")
-    created = not out.exists()
-    try:
-        with open_run_dir(out, LAYOUT, "overwrite" if overwrite else "new"):
-            remove_stale_temp_files(out)
-            try:
-                results = _run_plan(preset, plan, seconds, out, noise, n_workers, progress)
-                manifest = {
-                    "preset": preset.name,
-                    "flights": len(plan),
-                    "seconds": seconds,
-                    "seed": int(seed),
-                    "noise": bool(noise),
-                    "sequences": [results[spec.index][1] for spec in plan],
-                }
-                atomic_write_text(out / MANIFEST_NAME, json.dumps(manifest, indent=1) + "\n")
-            except BaseException:
-                for spec in plan:  # a failed run leaves no partial set (the folder held no run before)
-                    with contextlib.suppress(FileNotFoundError):
-                        (out / f"{spec.name}.csv").unlink()
-                raise
-    except BaseException:
-        if created:  # nor the folder it made (only if nothing else landed in it)
-            with contextlib.suppress(OSError):
-                out.rmdir()
-        raise
-    return [results[spec.index][0] for spec in plan]
+    # The flights are staged and committed together: a failed or interrupted run leaves no partial
+    # set, an earlier run (overwrite) stays until the new one is complete, and a folder this run
+    # made is removed again (outputs.Run).
+    with open_run_dir(out, LAYOUT, "overwrite" if overwrite else "new") as run:
+        remove_stale_temp_files(out)
+        results = _run_plan(preset, plan, seconds, run.path, noise, n_workers, progress)
+        manifest = {
+            "preset": preset.name,
+            "flights": len(plan),
+            "seconds": seconds,
+            "seed": int(seed),
+            "noise": bool(noise),
+            "sequences": [results[spec.index][1] for spec in plan],
+        }
+        atomic_write_text(run.path / MANIFEST_NAME, json.dumps(manifest, indent=1) + "\n")
+        run.commit()
+    return [out / results[spec.index][0].name for spec in plan]
 
 
 def _run_plan(

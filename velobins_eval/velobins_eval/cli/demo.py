@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from velobins_common.errors import OptionError
 from velobins_data.dataset_kinds import KINDS
 from velobins_eval.demo import DEMO_DATA, SHIPPED, open_demo_dir, run_demo
 
@@ -47,11 +48,11 @@ def main_demo(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.simulated:
         if args.test_flights + args.val_flights + 2 > args.flights:
-            raise ValueError("--flights must leave at least 2 training flights after validation and test flights")
+            raise OptionError("--flights", "must leave at least 2 training flights after validation and test flights")
         if args.model or args.data != DEMO_DATA:
-            raise ValueError("--simulated trains its own models on simulated flights: drop --model and --data")
+            raise OptionError("--simulated", "trains its own models on simulated flights: drop --model and --data")
     if args.rate <= 0:
-        raise ValueError(f"--rate must be > 0, got {args.rate}")
+        raise OptionError("--rate", f"must be > 0, got {args.rate}")
     if args.simulated:
         models = {}
     else:
@@ -65,10 +66,13 @@ def main_demo(argv: list[str] | None = None) -> int:
             if label in models:  # two models of one variant: tell them apart by name
                 label = f"{label} ({Path(name).stem if Path(name).suffix else name})"
             if label in models:
-                raise ValueError(f"--model {name}: given twice")
+                raise OptionError("--model", f"{name} is given twice")
             models[label] = resolved
-    with open_demo_dir(args.out, args.overwrite):  # removes its lock file on any exit, Ctrl-C included
-        return run_demo(args, args.out, models)
+    with open_demo_dir(args.out, args.overwrite) as run:  # staged; lock and staging removed on any exit
+        status = run_demo(args, run.path, models)
+        if status == 0:
+            run.commit()  # the complete demo replaces an earlier one (--overwrite)
+        return status
 
 
 if __name__ == "__main__":

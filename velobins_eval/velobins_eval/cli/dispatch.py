@@ -22,6 +22,8 @@ import argparse
 import sys
 from collections.abc import Callable
 
+from velobins_common.errors import UserError, one_line
+
 from .convert import add_convert
 
 
@@ -88,13 +90,15 @@ def main(argv: list[str] | None = None) -> int:
 def user_error_message(exc: BaseException) -> str | None:
     """One line for an error a user can fix (bad input, path, option, disk), None for a bug.
 
-    Every validation error of the suite is a ``ValueError`` that already names the file, field
-    and row (``FlightError``, ``DatasetError``, ``CheckpointError``, ``OutputError``, ...);
-    ``OSError`` covers missing files, permissions and full disks, named by their path.
+    A user's mistake is a :class:`~velobins_common.errors.UserError`, raised where it is recognised
+    (``FlightError``, ``DatasetError``, ``CheckpointError``, ``OutputError``, ``BagError``,
+    ``OptionError``, ...) and already naming the file, field or option; ``OSError`` covers missing
+    files, permissions and full disks, named by their path. Any other exception (a plain
+    ``ValueError`` included) is a bug and keeps its traceback.
     """
     if isinstance(exc, OSError):
         where = f"{exc.filename}: " if exc.filename else ""
-        return f"{where}{exc.strerror or exc}".replace("\n", " ")
-    if isinstance(exc, ValueError):
-        return " ".join(str(exc).split())
+        return one_line(f"{where}{exc.strerror or exc}")
+    if isinstance(exc, UserError):
+        return one_line(exc)
     return None

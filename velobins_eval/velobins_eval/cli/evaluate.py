@@ -7,6 +7,7 @@ import dataclasses
 import sys
 from pathlib import Path
 
+from velobins_common.errors import OptionError, printable
 from velobins_common.outputs import open_run_dir, output_mode
 from velobins_eval.evaluate import (
     EVALUATE_LAYOUT,
@@ -52,6 +53,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def checkpoint_labels(given: list[Path], variants: list[str], resolved: list[Path]) -> list[str]:
+    """One report row per checkpoint: its variant, and the name given for it when variants repeat.
+
+    Two checkpoints of one variant (two seeds, two runs) were one row, the second replacing the
+    first; now each is labelled ``G+H^B (run1/best.pt)``. The same file given twice is refused.
+    """
+    seen: dict[Path, Path] = {}
+    for name, path in zip(given, resolved, strict=True):
+        key = Path(path).resolve()
+        if key in seen:
+            raise OptionError("--checkpoint", f"{name} is given twice (also as {seen[key]})")
+        seen[key] = name
+    labels = [f"{v} ({printable(g)})" if variants.count(v) > 1 else v for v, g in zip(variants, given, strict=True)]
+    if len(set(labels)) != len(labels) or "imu-only" in labels:
+        raise OptionError("--checkpoint", f"cannot tell the checkpoints apart by name: {', '.join(labels)}")
+    return labels
+
+
 def main_evaluate(argv: list[str] | None = None) -> int:
     """Entry point of ``velobins evaluate``: every input is checked before the first flight is scored."""
     args = build_parser().parse_args(argv)
@@ -65,16 +84,15 @@ def main_evaluate(argv: list[str] | None = None) -> int:
 
     models = [(str(c), resolve_model(c)) for c in args.checkpoint]  # shipped names (crazyflie) or paths
     args.checkpoint = [m.checkpoint for _, m in models]
-    for ckpt in args.checkpoint:
-        read_checkpoint(ckpt)  # a missing or foreign checkpoint fails before any work
+    variants = [str(read_checkpoint(c)["variant"]) for c in args.checkpoint]  # a missing or foreign one fails now
+    labels = checkpoint_labels([Path(name) for name, _ in models], variants, args.checkpoint)
     configs = []  # per checkpoint: (files, why, filter config, predictor config), every file read before any work
     for _, m in models:
         files, why = model_params(m.overlay, args.params)
         configs.append((files, why, load_ekf_config(files), load_predictor_config(files)))
-    # --overwrite keeps the earlier report until the new one is complete (write_report_atomically
-    # replaces it then), so a failed evaluation loses nothing: lock the directory without clearing it.
-    mode = "resume" if args.overwrite else output_mode()
-    with open_run_dir(args.out, EVALUATE_LAYOUT, mode):
+    # --overwrite keeps the earlier report until the new one is complete (the run is staged and
+    # committed by write_report_atomically), so a failed evaluation loses nothing.
+    with open_run_dir(args.out, EVALUATE_LAYOUT, output_mode(overwrite=args.overwrite)) as run:
         torch.set_num_threads(args.threads)
         loaded = load_flights(args.dataset, args.data, allow=tuple(args.allow), cache_dir=args.cache_dir)
         for item in loaded.skipped:
@@ -82,12 +100,10 @@ def main_evaluate(argv: list[str] | None = None) -> int:
         flights = list(loaded.sequences)
         all_records: dict[str, dict[str, FlightRecord]] = {}
         filters: dict[str, dict] = {}
-        for (name, m), (files, why, ekf_config, predictor_config) in zip(models, configs, strict=True):
-            label, records = evaluate_checkpoint(m.checkpoint, flights, ekf_config, predictor_config=predictor_config)
-            if label in all_records:  # two checkpoints of one variant: tell them apart by what was given
-                label = f"{label} ({Path(name).stem if Path(name).suffix else name})"
-            if label in all_records:
-                raise ValueError(f"--checkpoint {name}: given twice")
+        for (_, m), name, (files, why, ekf_config, predictor_config) in zip(models, labels, configs, strict=True):
+            label, records = evaluate_checkpoint(
+                m.checkpoint, flights, ekf_config, predictor_config=predictor_config, label=name
+            )
             all_records[label] = records
             filters[label] = filter_summary(files, why, ekf_config, predictor_config)
         if not args.no_imu_only:
@@ -105,7 +121,7 @@ def main_evaluate(argv: list[str] | None = None) -> int:
             "allowed_checks": list(args.allow),
             "skipped_flights": [{"path": str(i.path), "reason": i.reason} for i in loaded.skipped],
         }
-        table = write_report_atomically(all_records, gts, args.out, config, filters)
+        table = write_report_atomically(all_records, gts, run, config, filters)
     print(table)
     if loaded.skipped:
         print(f"{len(loaded.skipped)} flight(s) skipped (listed above and in config.json)")

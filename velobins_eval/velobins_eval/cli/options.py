@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from velobins_common.errors import OptionError
 from velobins_data.dataset_kinds import KINDS
 
 Parser = argparse.ArgumentParser | argparse._ArgumentGroup
@@ -58,4 +59,30 @@ def add_threads_option(parser: Parser, default: int = 1) -> None:
 def check_threads(threads: int) -> None:
     """Refuse a thread count below one, naming the option."""
     if threads < 1:
-        raise ValueError(f"--threads must be >= 1, got {threads}")
+        raise OptionError("--threads", f"must be >= 1, got {threads}")
+
+
+def add_output_file_option(parser: Parser, flag: str, what: str, **kwargs) -> None:
+    """An output *file* option (``check --json``, ``calibrate --out``): ``-`` is stdout; an existing
+    file is refused unless ``--overwrite`` (:mod:`velobins_common.output_files`)."""
+    parser.add_argument(flag, type=Path, metavar="FILE", help=f"{what} ('-': standard output)", **kwargs)
+
+
+def given_options(parser: argparse.ArgumentParser, argv: list[str] | None) -> set[str]:
+    """The ``dest`` of every option given on the command line ``argv`` (not filled in by a default).
+
+    Parses ``argv`` again with every default suppressed, so an option given with its default value
+    counts as given, and defaults set by ``set_defaults`` (a recipe's) do not.
+    """
+    actions = [a for a in parser._actions if a.dest != argparse.SUPPRESS]
+    saved_defaults, saved_parser = [a.default for a in actions], dict(parser._defaults)
+    try:
+        for action in actions:
+            action.default = argparse.SUPPRESS
+        parser._defaults.clear()
+        namespace, _ = parser.parse_known_args(argv)
+    finally:
+        for action, default in zip(actions, saved_defaults, strict=True):
+            action.default = default
+        parser._defaults.update(saved_parser)
+    return set(vars(namespace))

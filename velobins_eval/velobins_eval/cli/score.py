@@ -11,6 +11,7 @@ gives back its whole row.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -92,10 +93,11 @@ def main_score(argv: list[str] | None = None) -> int:
         "inputs": sources,
         "allowed_checks": list(args.allow),
     }
-    mode = "resume" if args.overwrite else output_mode()  # the earlier report goes only once the new one is complete
-    with open_run_dir(args.out, EVALUATE_LAYOUT, mode):
+    # Staged: an earlier report (--overwrite) goes only once the new one is complete (outputs.Run).
+    layout = dataclasses.replace(EVALUATE_LAYOUT, command="score")
+    with open_run_dir(args.out, layout, output_mode(overwrite=args.overwrite)) as run:
         table = write_report_atomically(
-            records, {flight: gt.truth}, args.out, config, mcap=not args.no_mcap, title=f"VeloBins score: {flight}"
+            records, {flight: gt.truth}, run, config, mcap=not args.no_mcap, title=f"VeloBins score: {flight}"
         )
     print(table)
     return 0

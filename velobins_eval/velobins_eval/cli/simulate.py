@@ -5,7 +5,8 @@ The lead's ``velobins`` command wires its ``simulate`` sub-command to :func:`mai
 
 ``--out`` holds one run: a folder that already holds simulated flights (``sim_*.csv``) or a
 manifest is refused (exit 2, naming them) unless ``--overwrite`` replaces the whole earlier set.
-A run that fails or is interrupted removes the flights it wrote.
+A run that fails or is interrupted removes the flights it wrote (they are staged and committed
+together), and an earlier run stays until the new one is complete.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ import sys
 import time
 from pathlib import Path
 
-from velobins_common.outputs import OutputError
-from velobins_data.sim.batch import simulate_many
+from velobins_common.errors import OptionError, UserError, one_line
+from velobins_data.sim.batch import MAX_SECONDS, simulate_many
 from velobins_data.sim.flight import SimulationError
 from velobins_data.sim.presets import PRESETS
 
@@ -25,7 +26,12 @@ def add_simulate_arguments(parser: argparse.ArgumentParser) -> argparse.Argument
     """Add ``--preset --flights --seconds --seed --out --workers --overwrite`` to ``parser`` and return it."""
     parser.add_argument("--preset", choices=sorted(PRESETS), default="nano", help="simulated platform (default: nano)")
     parser.add_argument("--flights", type=int, default=40, help="number of flights (default: 40)")
-    parser.add_argument("--seconds", type=float, default=60.0, help="duration of each flight in s (default: 60)")
+    parser.add_argument(
+        "--seconds",
+        type=float,
+        default=60.0,
+        help=f"duration of each flight in s, at most {MAX_SECONDS:g} (default: 60)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="run seed; output depends only on it (default: 0)")
     parser.add_argument("--out", type=Path, required=True, help="output folder for sim_<family>_<i>.csv")
     parser.add_argument("--workers", type=int, default=None, help="worker processes (default: all cores)")
@@ -37,24 +43,34 @@ def add_simulate_arguments(parser: argparse.ArgumentParser) -> argparse.Argument
     return parser
 
 
+def check_simulate_args(args: argparse.Namespace) -> None:
+    """Refuse an option value before any work, naming the option (``--seconds nan`` included)."""
+    if args.flights < 1:
+        raise OptionError("--flights", f"must be >= 1, got {args.flights}")
+    if not 0 < args.seconds <= MAX_SECONDS:
+        raise OptionError("--seconds", f"must be in (0, {MAX_SECONDS:g}] s per flight, got {args.seconds}")
+    if args.seed < 0:
+        raise OptionError("--seed", f"must be >= 0, got {args.seed}")
+    if args.workers is not None and args.workers < 1:
+        raise OptionError("--workers", f"must be >= 1, got {args.workers}")
+
+
 def run_simulate(args: argparse.Namespace) -> int:
     """Run a parsed ``simulate`` command; return the process exit status."""
-    if args.flights < 1 or args.seconds <= 0 or args.seed < 0 or (args.workers is not None and args.workers < 1):
-        print("velobins simulate: need --flights >= 1, --workers >= 1, --seconds > 0 and --seed >= 0", file=sys.stderr)
-        return 2
     start = time.perf_counter()
     try:
+        check_simulate_args(args)
         paths = simulate_many(
             args.preset, args.flights, args.seconds, args.seed, args.out, workers=args.workers, overwrite=args.overwrite
         )
-    except OutputError as exc:
-        print(f"velobins simulate: error: {' '.join(str(exc).split())}", file=sys.stderr)
+    except UserError as exc:  # OutputError too
+        print(f"velobins simulate: error: {one_line(exc)}", file=sys.stderr)
         return 2
     except SimulationError as exc:
         print(f"velobins simulate: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print(f"velobins simulate: interrupted; the flights of this run were removed from {args.out}", file=sys.stderr)
+        print(f"velobins simulate: interrupted; {args.out} is as it was before", file=sys.stderr)
         return 130
     wall = time.perf_counter() - start
     simulated = args.flights * args.seconds

@@ -25,12 +25,13 @@ import argparse
 import sys
 from pathlib import Path
 
+from velobins_common.errors import OptionError, UserError
 from velobins_common.fields import add_config_options, config_values
 from velobins_common.outputs import RunLayout, open_run_dir, output_mode, remove_stale_temp_files
 from velobins_data.dataset_kinds import KINDS
 from velobins_net.config import BASELINE_METHODS
 
-from .options import add_allow_option
+from .options import add_allow_option, given_options
 
 TRAIN_FIELDS = (
     "time_budget",
@@ -77,10 +78,35 @@ def parse_cli_variant(variant: str, uncertainty: str | None, method: str = "velo
 
     if method != "velobins":
         if uncertainty is not None:
-            raise ValueError(f"--uncertainty applies to VeloBins variants, not to --method {method}")
+            raise OptionError("--uncertainty", f"applies to VeloBins variants, not to --method {method}")
         return parse_variant(method)
-    base = parse_variant(variant)
-    return base if uncertainty is None else parse_variant(f"{base.supervision}^{uncertainty}")
+    try:
+        base = parse_variant(variant)
+        return base if uncertainty is None else parse_variant(f"{base.supervision}^{uncertainty}")
+    except ValueError as exc:
+        raise OptionError("--variant" if uncertainty is None else "--variant/--uncertainty", str(exc)) from None
+
+
+def check_method_options(variant, method: str, given: set[str]) -> None:
+    """Refuse an option given on the command line that the chosen method or variant would ignore.
+
+    ``train --method tlio --bins 64`` trained TLIO and dropped ``--bins`` silently; now it is an
+    error naming the option (options a ``--recipe`` sets are not "given").
+    """
+    applies = {
+        "variant": method == "velobins",
+        "num_bins": not (variant.is_regression or variant.is_baseline),
+        "bin_encoding": not (variant.is_regression or variant.is_baseline),
+        "kl_ramp": variant.uses_kl,
+        "kl_ramp_start": variant.uses_kl,
+        "baseline_width": variant.is_baseline,
+        "frame_width": variant.method == "eqnio",
+    }
+    flags = {"variant": "--variant", "num_bins": "--bins", "bin_encoding": "--encoding"}
+    for dest, ok in applies.items():
+        if dest in given and not ok:
+            flag = flags.get(dest, "--" + dest.replace("_", "-"))
+            raise OptionError(flag, f"does not apply to --method {method} (variant {variant.name}); drop it")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -187,22 +213,26 @@ def _resume_path(args: argparse.Namespace) -> Path | None:
 
 
 def _lock_output(args: argparse.Namespace):
-    """Lock ``--out`` for this run (rank 0 under torchrun) or return a no-op context."""
+    """The locked :class:`~velobins_common.outputs.Run` of ``--out`` (rank 0 under torchrun), else a no-op context.
+
+    Without ``--resume`` the run is staged: an earlier run (``--overwrite``) is replaced only after
+    the first epoch's checkpoint is saved, so a typo, a failed check or Ctrl-C before it loses nothing.
+    """
     import contextlib
     import os
 
     if int(os.environ.get("RANK", "0")) != 0:
         return contextlib.nullcontext()
     mode = output_mode(resume=args.resume is not None, overwrite=args.overwrite)
-    lock = open_run_dir(args.out, TRAIN_LAYOUT, mode, reserve_bytes=CHECKPOINT_RESERVE_BYTES)
+    run = open_run_dir(args.out, TRAIN_LAYOUT, mode, reserve_bytes=CHECKPOINT_RESERVE_BYTES)
     remove_stale_temp_files(args.out)
-    return lock
+    return run
 
 
 def split_validation(seqs: list, fraction: float) -> tuple[list, list]:
     """Hold out the last ``fraction`` of flights (at least one) for validation."""
     if len(seqs) < 2:
-        raise ValueError("need at least 2 flights to hold one out for validation (or pass --val)")
+        raise OptionError("--data", "need at least 2 flights to hold one out for validation (or pass --val)")
     n_val = max(1, round(len(seqs) * fraction))
     return seqs[:-n_val], seqs[-n_val:]
 
@@ -220,6 +250,7 @@ def parse_train_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.set_defaults(**init_defaults(known.init_from))
     args = parser.parse_args(argv)
     args.freeze = tuple(name.strip() for item in args.freeze for name in item.split(",") if name.strip())
+    args.given = given_options(parser, argv)
     return args
 
 
@@ -242,11 +273,12 @@ def main_train(argv: list[str] | None = None) -> int:
     """Entry point of ``velobins train``; returns the exit status (1 when no epoch scored)."""
     args = parse_train_args(argv)
     if not 0.0 < args.val_fraction < 1.0:
-        raise ValueError(f"--val-fraction must be in (0, 1), got {args.val_fraction}")
+        raise OptionError("--val-fraction", f"must be in (0, 1), got {args.val_fraction}")
     if args.threads is not None and args.threads < 1:
-        raise ValueError(f"--threads must be >= 1, got {args.threads}")
-    with _lock_output(args):
-        return _run(args)
+        raise OptionError("--threads", f"must be >= 1, got {args.threads}")
+    check_method_options(parse_cli_variant(args.variant, args.uncertainty, args.method), args.method, args.given)
+    with _lock_output(args) as run:
+        return _run(args, run)
 
 
 def _load(args: argparse.Namespace) -> tuple[list, list, list]:
@@ -273,7 +305,7 @@ def describe_init(init: dict) -> str:
     return "; ".join(parts)
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run(args: argparse.Namespace, run=None) -> int:
     import torch
 
     from velobins_net.config import ModelConfig
@@ -287,7 +319,7 @@ def _run(args: argparse.Namespace) -> int:
     kinds = {s.rotor_kind for s in train_seqs + val_seqs}
     rotors = {s.num_rotors for s in train_seqs + val_seqs}
     if len(kinds) != 1 or len(rotors) != 1:
-        raise ValueError(f"flights mix rotor kinds {sorted(kinds)} or rotor counts {sorted(rotors)}")
+        raise OptionError("--data", f"flights mix rotor kinds {sorted(kinds)} or rotor counts {sorted(rotors)}")
     for item in skipped:
         print(f"skipped {item.path}: {item.reason}", file=sys.stderr)
     model = ModelConfig(
@@ -298,22 +330,25 @@ def _run(args: argparse.Namespace) -> int:
     notes = (f"; skipped {len(skipped)} unusable flight(s)" if skipped else "") + (
         f"; plausibility checks allowed: {', '.join(args.allow)}" if args.allow else ""
     )
-    cfg = TrainConfig(
-        model=model,
-        variant=variant.name,
-        **config_values(args, TRAIN_FIELDS),
-        resume=str(resume) if resume else None,
-        freeze=args.freeze,
-        progress=not args.no_progress,
-        data_description=f"{args.dataset}: train {args.data} ({len(train_seqs)} flights), "
-        f"val {args.val or 'held out'} ({len(val_seqs)} flights){notes}",
-    )
+    try:  # a value the dataclass refuses came from an option
+        cfg = TrainConfig(
+            model=model,
+            variant=variant.name,
+            **config_values(args, TRAIN_FIELDS),
+            resume=str(resume) if resume else None,
+            freeze=args.freeze,
+            progress=not args.no_progress,
+            data_description=f"{args.dataset}: train {args.data} ({len(train_seqs)} flights), "
+            f"val {args.val or 'held out'} ({len(val_seqs)} flights){notes}",
+        )
+    except ValueError as exc:
+        raise UserError(f"velobins train options: {exc}") from None
     budget = f", budget {cfg.time_budget:g} min" if cfg.time_budget else ""
     print(
         f"training {cfg.variant} on {len(train_seqs)} flights, validating on {len(val_seqs)} "
         f"(recipe {args.recipe}{budget}) -> {args.out}"
     )
-    result = train(cfg, train_seqs, val_seqs, args.out)
+    result = train(cfg, train_seqs, val_seqs, run if run is not None else args.out)
     if result.init is not None:
         print(describe_init(result.init))
     if result.history:

@@ -103,13 +103,19 @@ def reproduce(opts: Options, on_done: Callable[[Any], None] | None = None) -> in
     ekf = load_ekf_config(list(opts.params))
     manifest = run_manifest(opts.schedule, schedule, opts.dataset, data, ekf, opts.tables)
     mode = output_mode(resume=not opts.overwrite, overwrite=opts.overwrite)
-    with open_run_dir(opts.out, LAYOUT, mode):  # held until the end; removes its lock file on any exit
-        check_manifest(opts.out, manifest)
+    # Held until the end; removes its lock file on any exit. With --overwrite the new reproduction is
+    # staged and replaces the earlier one only once it is complete (an interrupted one is discarded).
+    with open_run_dir(opts.out, LAYOUT, mode) as run:
         for name in remove_stale_temps(opts.out):
             print(f"reproduce: removed {name} (left by an interrupted run)")
-        atomic_write_text(opts.out / MANIFEST_NAME, json.dumps(manifest, indent=1))
-        engine = Engine(opts.executor, opts.out / JOB_DIR, opts.jobs, opts.slurm, opts.progress, on_done)
-        return _run(opts, schedule, splits, data, ekf, engine)
+        staged = dataclasses.replace(opts, out=run.path)
+        check_manifest(staged.out, manifest)
+        atomic_write_text(staged.out / MANIFEST_NAME, json.dumps(manifest, indent=1))
+        engine = Engine(opts.executor, staged.out / JOB_DIR, opts.jobs, opts.slurm, opts.progress, on_done)
+        status = _run(staged, schedule, splits, data, ekf, engine)
+        if status == 0:
+            run.commit()
+        return status
 
 
 def _run(
