@@ -36,12 +36,26 @@ class Truth:
     rotor: np.ndarray  # normalised [0, 1]; writers scale it to the dataset's unit
 
 
+def imu_noise(acc: np.ndarray, gyro: np.ndarray, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """``acc`` and ``gyro`` with a tiny seeded white noise (1e-5 m/s², 1e-6 rad/s): a real IMU never
+    repeats a reading, and the validator's ``imu_frozen`` check refuses one that does."""
+    rng = np.random.default_rng(seed)
+    return acc + 1e-5 * rng.standard_normal(acc.shape), gyro + 1e-6 * rng.standard_normal(gyro.shape)
+
+
 def hover(n: int = 400, rate: float = 100.0) -> Truth:
     """Hovering, level, yaw 0 at 1 m: specific force +g on body z."""
     t = 1000.0 + np.arange(n) / rate
     q = np.tile([0.0, 0.0, 0.0, 1.0], (n, 1))
     acc = np.tile([0.0, 0.0, G], (n, 1))
-    return Truth(t, np.tile([0.0, 0.0, 1.0], (n, 1)), q, np.zeros((n, 3)), acc, np.zeros((n, 3)), np.full((n, 4), 0.6))
+    return Truth(
+        t,
+        np.tile([0.0, 0.0, 1.0], (n, 1)),
+        q,
+        np.zeros((n, 3)),
+        *imu_noise(acc, np.zeros((n, 3))),
+        np.full((n, 4), 0.6),
+    )
 
 
 def hover_flight(name: str = "hover", t0: float = 1000.0, n: int = 400, **metadata):
@@ -70,7 +84,7 @@ def yaw90_forward_x(n: int = 400, rate: float = 100.0, speed: float = 1.0) -> Tr
     p = np.stack([speed * (t - t[0]), np.zeros(n), np.ones(n)], axis=1)
     v = np.tile([speed, 0.0, 0.0], (n, 1))
     acc = np.tile([0.0, 0.0, G], (n, 1))
-    return Truth(t, p, q, v, acc, np.zeros((n, 3)), np.full((n, 4), 0.6))
+    return Truth(t, p, q, v, *imu_noise(acc, np.zeros((n, 3))), np.full((n, 4), 0.6))
 
 
 def banked_circle(n: int = 1000, rate: float = 100.0, radius: float = 2.0, speed: float = 3.0) -> Truth:
@@ -97,7 +111,7 @@ def banked_circle(n: int = 1000, rate: float = 100.0, radius: float = 2.0, speed
     acc = rot.inv().apply(f_world)
     step = (rot[:-1].inv() * rot[1:]).as_rotvec() * rate  # body rate between samples
     gyro = np.vstack([step, step[-1:]])
-    return Truth(t, p, rot.as_quat(), v, acc, gyro, np.full((n, 4), 0.6))
+    return Truth(t, p, rot.as_quat(), v, *imu_noise(acc, gyro), np.full((n, 4), 0.6))
 
 
 def _write_table(path: Path, header: list[str], data: np.ndarray) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from fixtures_datasets import imu_noise
 from scipy.spatial.transform import Rotation
 
 from velobins_data.datasets import DatasetError, load_flight, read_csv, write_csv
@@ -38,11 +39,12 @@ def _seq(n: int = 300, k: int = 6, kind: str = "speed") -> Flight:
 def _hover(n: int = 400) -> Flight:
     """A physically plausible flight (hover at 1 m, 100 Hz), so load_flight's checks pass."""
     t = 1000.0 + np.arange(n) * 0.01
+    acc, gyro = imu_noise(np.tile([0.0, 0.0, 9.80665], (n, 1)), np.zeros((n, 3)))
     return Flight(
         name="hover",
         t=t,
-        acc=np.tile([0.0, 0.0, 9.80665], (n, 1)),
-        gyro=np.zeros((n, 3)),
+        acc=acc,
+        gyro=gyro,
         rotor=np.full((n, 4), 0.6),
         rotor_kind="command",
         p=np.tile([0.0, 0.0, 1.0], (n, 1)),

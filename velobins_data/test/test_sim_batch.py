@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from velobins_common.outputs import MANIFEST_NAME as RUN_MANIFEST
 from velobins_common.outputs import OutputError
 from velobins_data.datasets.csv_format import read_csv
 from velobins_data.sim import FAMILIES, flight_plan, simulate_flight, simulate_many
@@ -41,7 +42,8 @@ def test_worker_count_does_not_change_the_flights(tmp_path: Path) -> None:
         sa, sb = read_csv(a), read_csv(b)
         for field in _FIELDS:
             assert np.array_equal(getattr(sa, field), getattr(sb, field)), (a.name, field)
-    assert not [f.name for f in (tmp_path / "two").iterdir() if f.name.startswith(".")]  # no temp or lock files
+    hidden = [f.name for f in (tmp_path / "two").iterdir() if f.name.startswith(".")]
+    assert hidden == [RUN_MANIFEST]  # no temp, staging or lock files
     # The file holds exactly the flight simulate_flight returns for the planned seed.
     spec = flight_plan(3, seed=9)[1]
     direct = simulate_flight("nano", spec.family, 2.5, spec.seed, index=spec.index)
@@ -56,14 +58,21 @@ def test_worker_count_does_not_change_the_flights(tmp_path: Path) -> None:
 def test_manifest_and_earlier_runs(tmp_path: Path) -> None:
     out = tmp_path / "sim"
     out.mkdir()
-    (out / "sim_star_041.csv").write_text("flight of an earlier, longer run\n")
+    (out / "sim_star_041.csv").write_text("a file named like a flight, no run manifest\n")
+    # Files no manifest lists are never removed, even with overwrite: refused, naming them, nothing touched.
+    for overwrite in (False, True):
+        with pytest.raises(OutputError, match=r"sim_star_041\.csv.*nothing was changed"):
+            simulate_many("nano", 2, 2.0, seed=5, out_dir=out, workers=1, progress=False, overwrite=overwrite)
+        assert sorted(p.name for p in out.iterdir()) == ["sim_star_041.csv"]
+    (out / "sim_star_041.csv").unlink()
+    earlier = simulate_many("nano", 3, 2.0, seed=4, out_dir=out, workers=1, progress=False)
     (out / "notes.csv").write_text("not ours\n")
-    # An earlier run is never deleted silently: refused, naming its files, nothing touched.
-    with pytest.raises(OutputError, match=r"sim_star_041\.csv.*--overwrite"):
+    # An earlier run is never deleted silently: refused, naming its files and --overwrite.
+    with pytest.raises(OutputError, match=r"already holds a simulate run \(sim_circle_000\.csv.*--overwrite"):
         simulate_many("nano", 2, 2.0, seed=5, out_dir=out, workers=1, progress=False)
-    assert sorted(p.name for p in out.iterdir()) == ["notes.csv", "sim_star_041.csv"]
     # overwrite replaces the whole earlier set (and only it).
     paths = simulate_many("nano", 2, 2.0, seed=5, out_dir=out, workers=1, progress=False, overwrite=True)
+    assert not earlier[2].exists()
     assert sorted(p.name for p in out.glob("*.csv")) == sorted([*(p.name for p in paths), "notes.csv"])
     manifest = json.loads((out / MANIFEST_NAME).read_text())
     assert manifest["preset"] == "nano" and manifest["seed"] == 5 and manifest["flights"] == 2
@@ -72,4 +81,5 @@ def test_manifest_and_earlier_runs(tmp_path: Path) -> None:
     assert [e["file"] for e in manifest["sequences"]] == [p.name for p in paths]
     assert manifest["sequences"][1]["family"] == "figure8"
     assert manifest["sequences"][0]["trajectory"]["speed_target"] > 0.0
-    assert not [p.name for p in out.iterdir() if p.name.startswith(".")]  # lock released, no temp files
+    assert [p.name for p in out.iterdir() if p.name.startswith(".")] == [RUN_MANIFEST]  # lock released, no temp files
+    assert json.loads((out / RUN_MANIFEST).read_text())["files"] == sorted([*(p.name for p in paths), MANIFEST_NAME])

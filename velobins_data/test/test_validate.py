@@ -216,7 +216,7 @@ def test_every_adapter_output_is_validated(tmp_path: Path) -> None:
 
 def test_limits_are_documented_and_names_stable() -> None:
     assert list(CHECKS) == [
-        "stamps", "specific_force", "gyro", "input_limits", "ground_truth_limits",
+        "stamps", "specific_force", "gyro", "input_limits", "ground_truth_limits", "imu_frozen",
         "position_jump", "rotor_range", "gravity_residual", "duration",
     ]  # fmt: skip
     import dataclasses

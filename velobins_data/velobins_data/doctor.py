@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from velobins_common.constants import ROTOR_COMMAND
+from velobins_common.errors import printable
 from velobins_common.outputs import atomic_write_text
 from velobins_data.datasets import flight_files, guess_kind, load_flight
 from velobins_data.datasets.errors import UnusableFlightError
@@ -121,7 +122,9 @@ def check_path(
     root = Path(path)
     files = flight_files(kind, root)
     bar = progress_bar(files, enabled=progress and root.is_dir(), desc=f"checking {kind}", unit="file")
-    return [check_file(kind, f, str(f.relative_to(root)) if root.is_dir() else f.name, allowed, limits) for f in bar]
+    return [
+        check_file(kind, f, printable(f.relative_to(root) if root.is_dir() else f.name), allowed, limits) for f in bar
+    ]
 
 
 # ------------------------------------------------------------------------------------- output
@@ -186,8 +189,8 @@ def _jsonable(value: object) -> object:
     return value
 
 
-def write_json(path: Path, kind: str, root: Path, allow: list[str], reports: list[FlightReport]) -> None:
-    """Every statistic and finding of every flight as JSON (NaN written as null)."""
+def json_report(kind: str, root: Path, allow: list[str], reports: list[FlightReport]) -> str:
+    """Every statistic and finding of every flight as JSON text (NaN written as null)."""
     flights = [
         {"path": str(r.path), "flight": r.label, "verdict": r.verdict, "reason": r.reason}
         | ({"inspection": r.inspection.to_dict()} if r.inspection is not None else {})
@@ -201,7 +204,12 @@ def write_json(path: Path, kind: str, root: Path, allow: list[str], reports: lis
         "summary": summary(reports),
         "flights": flights,
     }
-    atomic_write_text(path, json.dumps(_jsonable(doc), indent=1) + "\n")
+    return json.dumps(_jsonable(doc), indent=1) + "\n"
+
+
+def write_json(path: Path, kind: str, root: Path, allow: list[str], reports: list[FlightReport]) -> None:
+    """:func:`json_report` written to the file ``path`` atomically."""
+    atomic_write_text(path, json_report(kind, root, allow, reports))
 
 
 # ------------------------------------------------------------------------------------- command

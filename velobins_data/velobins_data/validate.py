@@ -23,6 +23,7 @@ import numpy as np
 from scipy.spatial.transform import Rotation
 
 from velobins_common.constants import ROTOR_SPEED
+from velobins_common.errors import OptionError
 from velobins_data.datasets.errors import DatasetError, UnusableFlightError
 from velobins_data.flight import Flight
 
@@ -32,6 +33,8 @@ CHECKS: dict[str, str] = {
     "gyro": "median |ω| in rad/s, not deg/s (catches deg/s and acc values in the gyro columns)",
     "input_limits": "every acc / gyro axis within the full scale of flight IMUs (catches spikes, wrong units)",
     "ground_truth_limits": "every v / p axis within 100 m/s and 10 km (catches spikes, mm, UTM/ECEF positions)",
+    "imu_frozen": "acc and gyro readings change: none repeats bit-identically longer than max_frozen_imu_s "
+    "(catches a frozen or constant IMU)",
     "position_jump": "no step of p larger than v·dt allows (catches mocap glitches, p/v from different sources)",
     "rotor_range": "rotor signal logged (no all-zero column) and in its kind's range (catches RPM given as rad/s)",
     "gravity_residual": "median ‖R·f − g·e_z − dv/dt‖ small (catches frame errors, g units, swapped columns)",
@@ -61,6 +64,11 @@ class PlausibilityLimits:
     max_abs_gyro: float = 40.0
     """[rad/s] Largest gyro axis reading: 2290 deg/s, beyond the ±2000 deg/s full scale of
     flight-controller gyros (BMI088, ICM-42688, MPU-6000); NanoBench peaks at 7.1, the simulator at 4.4."""
+    max_frozen_imu_s: float = 2.0
+    """[s] Longest run of bit-identical consecutive accelerometer (or gyro) readings: a real IMU's
+    noise changes a digit every sample (NanoBench: no reading ever repeats), the noise-free
+    simulator holds still for 1.5 s before take-off; a frozen driver or a constant column repeats
+    one reading for the whole flight (and ``calibrate`` would then fit a noise of zero)."""
     max_gyro_median: float = 8.0
     """[rad/s] Largest median |ω|: a whole flight turning at 460 deg/s is implausible (NanoBench
     ≤ 0.45 rad/s, simulator ≤ 2.3); deg/s data of a lively flight and acc in the gyro columns exceed it."""
@@ -163,7 +171,7 @@ def parse_allow(allow: Iterable[str] | str | None) -> frozenset[str]:
     names = {n.strip() for item in items for n in str(item).split(",") if n.strip()}
     unknown = sorted(names - CHECKS.keys())
     if unknown:
-        raise ValueError(f"unknown check name(s) {unknown} for --allow; valid names: {', '.join(CHECKS)}")
+        raise OptionError("--allow", f"unknown check name(s) {unknown}; valid names: {', '.join(CHECKS)}")
     return frozenset(names)
 
 
@@ -277,6 +285,31 @@ def _check_limits(flight: Flight, lim: PlausibilityLimits) -> list[Finding]:
     return [f for f in found if f is not None]
 
 
+def longest_repeat(t: np.ndarray, x: np.ndarray) -> tuple[float, int]:
+    """Longest time [s] over which the rows of ``x`` repeat bit-identically, and the row it starts at."""
+    same = (x[1:] == x[:-1]).all(axis=1)
+    if not same.any():
+        return 0.0, 0
+    edges = np.flatnonzero(np.diff(np.concatenate(([0], same.astype(np.int8), [0]))))
+    starts, ends = edges[::2], edges[1::2]
+    spans = t[ends] - t[starts]
+    k = int(np.argmax(spans))
+    return float(spans[k]), int(starts[k])
+
+
+def _check_frozen(flight: Flight, lim: PlausibilityLimits) -> list[Finding]:
+    out = []
+    for name in ("acc", "gyro"):
+        span, row = longest_repeat(flight.t, getattr(flight, name))
+        if span > lim.max_frozen_imu_s:
+            msg = (
+                f"{name} repeats one reading bit-identically for {span:.3g} s from this row (limit "
+                f"{lim.max_frozen_imu_s:g} s): a frozen or constant IMU, not a measurement"
+            )
+            out.append(Finding("imu_frozen", name, row, msg))
+    return out
+
+
 def _check_position_jump(flight: Flight, lim: PlausibilityLimits, dt: np.ndarray) -> list[Finding]:
     speed = np.abs(flight.v)
     allowed = lim.position_jump_m + 2.0 * np.maximum(speed[1:], speed[:-1]) * dt[:, None]
@@ -335,6 +368,7 @@ def inspect_flight(flight: Flight, limits: PlausibilityLimits = DEFAULT_LIMITS) 
     findings += _check_specific_force(flight, lim, median_f)
     findings += _check_gyro(flight, lim, median_w)
     findings += _check_limits(flight, lim)
+    findings += _check_frozen(flight, lim)
     findings += _check_position_jump(flight, lim, dt)
     findings += _check_rotor(flight, lim)
     if residual > lim.max_gravity_residual:  # NaN (too short to tell) passes

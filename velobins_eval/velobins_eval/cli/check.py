@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import NoReturn
 
-from velobins_data.doctor import check_path, format_table, summary, write_json
+from velobins_common.errors import UserError, one_line
+from velobins_common.output_files import OutputTarget, check_output_file, write_output_file
+from velobins_data.datasets import flight_files
+from velobins_data.doctor import check_path, format_table, json_report, summary
 from velobins_data.validate import CHECKS
 
-from .options import add_allow_option, add_dataset_option
+from .options import add_allow_option, add_dataset_option, add_output_file_option, add_overwrite_option
 
 
 class _Parser(argparse.ArgumentParser):
@@ -33,8 +37,22 @@ def build_parser() -> argparse.ArgumentParser:
     add_dataset_option(p, "the files")
     p.add_argument("--data", required=True, type=Path, help="one flight file or a folder (searched recursively)")
     add_allow_option(p, "report flights that fail this check as 'allowed' instead of FAIL")
-    p.add_argument("--json", type=Path, metavar="FILE", help="also write every statistic and finding as JSON")
+    add_output_file_option(p, "--json", "also write every statistic and finding as JSON")
+    add_overwrite_option(p, "an existing --json file")
     return p
+
+
+def check_json_target(args: argparse.Namespace) -> OutputTarget | None:
+    """The checked ``--json`` target, before any flight is read: an existing file only with
+    ``--overwrite``, never one of the flights being checked, special files written directly."""
+    if args.json is None:
+        return None
+    target = check_output_file(args.json, args.overwrite, "--json")
+    if target.kind == "file" and args.json.exists():
+        for flight in flight_files(args.dataset, args.data):
+            if os.path.samefile(flight, args.json):
+                raise UserError(f"{args.json}: --json names a flight file being checked; choose another file")
+    return target
 
 
 def main_check(argv: list[str] | None = None) -> int:
@@ -44,23 +62,26 @@ def main_check(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # --help (0) or a usage error (2, already printed)
         return int(exc.code or 0)
     try:
+        target = check_json_target(args)  # before the check: a refused --json costs nothing
         reports = check_path(args.dataset, args.data, args.allow, progress=True)
-    except ValueError as exc:  # DatasetError too: missing path, no flight files; unknown check name
-        text = " ".join(str(exc).replace("field '<file>': ", "").split())
+        # The table goes to stderr when the JSON goes to stdout, so a pipe gets JSON only.
+        out = sys.stderr if target is not None and target.descriptor == 1 else sys.stdout
+        print(format_table(reports), file=out)
+        counts = summary(reports)
+        usable = counts["ok"] + counts["allowed"]
+        parts = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
+        print(f"\n{len(reports)} flight(s): {parts}", file=out)
+        if target is not None:
+            write_output_file(target, json_report(args.dataset, args.data, args.allow, reports))
+    except UserError as exc:  # DatasetError, OutputError too: missing path, no flight files; unknown check name
+        text = one_line(str(exc).replace("field '<file>': ", ""))
         print(f"velobins check: error: {text}", file=sys.stderr)
         return 2
-    print(format_table(reports))
-    counts = summary(reports)
-    usable = counts["ok"] + counts["allowed"]
-    parts = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
-    print(f"\n{len(reports)} flight(s): {parts}")
-    if args.json is not None:
-        write_json(args.json, args.dataset, args.data, args.allow, reports)
     if counts["FAIL"]:
         if any(r.verdict == "FAIL" and r.inspection is not None for r in reports):
-            print(f"fix the files, or accept a failing check with --allow NAME ({', '.join(CHECKS)})")
+            print(f"fix the files, or accept a failing check with --allow NAME ({', '.join(CHECKS)})", file=out)
         return 1
     if usable == 0:
-        print("no usable flight")
+        print("no usable flight", file=out)
         return 1
     return 0
