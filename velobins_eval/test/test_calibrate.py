@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from velobins_common.errors import OptionError
 from velobins_data.datasets.csv_format import write_csv
 from velobins_data.sim.flight import simulate_flight
 from velobins_data.sim.presets import get_preset
@@ -125,9 +126,9 @@ def test_cli_end_to_end(data_dir, tmp_path, capsys):
 
 def test_cli_option_errors(data_dir, tmp_path, capsys):
     base = ["--dataset", "csv", "--data", str(data_dir), "--out", str(tmp_path / "o.yaml")]
-    with pytest.raises(ValueError, match="--checkpoint and --heldout"):
+    with pytest.raises(OptionError, match="--checkpoint/--heldout: go together"):
         main_calibrate([*base, "--checkpoint", "x.pt"])
-    with pytest.raises(ValueError, match="--fit"):
+    with pytest.raises(OptionError, match="--fit"):
         main_calibrate([*base, "--fit", "gravity"])
 
 

@@ -144,7 +144,7 @@ def test_output_folder_and_options_are_checked(ckpt: Path, tmp_path: Path, capsy
     blocker.write_text("x")
     code, _, err = _run(capsys, "--checkpoint", str(ckpt), "--format", "onnx", "--out", str(blocker / "m.onnx"))
     assert code == 2
-    _one_line_error(err, "regular file")
+    _one_line_error(err, "is a file, not a folder", "--out")
     code, _, err = _run(
         capsys, "--checkpoint", str(ckpt), "--format", "onnx", "--out", str(tmp_path / "m"), "--atol", "-1"
     )

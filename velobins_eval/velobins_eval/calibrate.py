@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from velobins_common.errors import printable
 from velobins_data.flight import Flight
 
 from .calibrate_fit import (
@@ -74,8 +75,13 @@ def yaml_float(x: float) -> str:
 
 
 def overlay_text(header: list[str], filter_values: dict[str, float], scale: float | None) -> str:
-    """The overlay YAML: comment ``header``, the EKF's fitted ``filter.*``, optionally ``predictor.variance_scale``."""
-    lines = [f"# {h}".rstrip() for h in header]
+    """The overlay YAML: comment ``header``, the EKF's fitted ``filter.*``, optionally ``predictor.variance_scale``.
+
+    Each header entry is one comment line with every control character escaped: a flight file named
+    ``x\n/**/velobins_ekf: ...`` must not start a YAML entry that sets a parameter when the overlay is
+    loaded (issue 24). The values are floats written by :func:`yaml_float`, never text.
+    """
+    lines = [f"# {printable(h)}".rstrip() for h in header]
     lines += ["/**/velobins_ekf:", "  ros__parameters:", "    filter:"]
     lines += [f"      {name}: {yaml_float(value)}" for name, value in filter_values.items()]
     if scale is not None:

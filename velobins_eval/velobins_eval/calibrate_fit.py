@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from velobins_common.errors import OptionError, UserError
 from velobins_common.fields import param_spec
 from velobins_common.progress import progress_bar
 from velobins_common.stats import gaussian_nll_full
@@ -79,7 +80,7 @@ def synthetic_measurements(
         raise ValueError(f"--meas-sigma must be > 0 m/s, got {sigma}")
     t = np.arange(seq.t[0] + 1.0 / rate_hz, seq.t[-1], 1.0 / rate_hz)
     if t.size < 2:
-        raise ValueError(f"{seq.source}: flight too short for velocity measurements ({seq.duration:.2f} s)")
+        raise UserError(f"{seq.source}: flight too short for velocity measurements ({seq.duration:.2f} s)")
     vb = GroundTruth.of(seq).at(t).body_velocity
     z = vb + rng.normal(0.0, sigma, size=vb.shape)
     return CalibrationFlight(seq, t, z, np.full_like(z, sigma**2))
@@ -126,7 +127,7 @@ def objective(flights: Sequence[CalibrationFlight], config) -> float:
         total += nll
         count += n
     if count == 0:
-        raise ValueError("calibrate: the filter applied no velocity update on any flight")
+        raise UserError("calibrate: the filter applied no velocity update on any flight")
     return total / count
 
 
@@ -175,7 +176,7 @@ def check_fit_names(names: Sequence[str]) -> tuple[str, ...]:
     out = tuple(n.strip() for n in names if n.strip())
     bad = [n for n in out if n not in FITTABLE]
     if bad or not out or len(set(out)) != len(out):
-        raise ValueError(f"--fit: need distinct names from {', '.join(FITTABLE)}; got {', '.join(names) or 'none'}")
+        raise OptionError("--fit", f"need distinct names from {', '.join(FITTABLE)}; got {', '.join(names) or 'none'}")
     return out
 
 
@@ -204,7 +205,7 @@ def fit_noise(
     names = check_fit_names(names)
     for n in names:
         if getattr(start, n) <= 0:
-            raise ValueError(f"calibrate: cannot fit {n} from a start value of 0 (set it > 0 in --params)")
+            raise UserError(f"calibrate: cannot fit {n} from a start value of 0 (set it > 0 in --params)")
     say = log or (lambda _msg: None)
     evals = 0
 
@@ -245,6 +246,25 @@ def fit_noise(
     fitted = dataclasses.replace(start, **{n: float(10.0**v) for n, v in zip(names, x_fit, strict=True)})
     say(f"refinement: {res.nfev} evaluations, objective {f_fit:.4f} nats/update ({res.message})")
     return FitResult(fitted, f_fit, start_obj, names, evals, grid_best, edges)
+
+
+BOUND_TOLERANCE_DECADES = 0.01
+"""A fitted value within this many decades of a bound of its search ended at the bound."""
+
+
+def at_search_bound(fit: FitResult) -> dict[str, tuple[float, float]]:
+    """{field: (fitted value, the bound it ended at)} for fitted fields pinned to a bound of :func:`log_bounds`.
+
+    A maximum at the bound of the search is no maximum the flights determine (a frozen or noise-free
+    IMU fits a density of zero): the command refuses it instead of writing it.
+    """
+    out = {}
+    for name in fit.names:
+        x = math.log10(getattr(fit.config, name))
+        bound = min(log_bounds(name), key=lambda b: abs(x - b))
+        if abs(x - bound) < BOUND_TOLERANCE_DECADES:
+            out[name] = (float(10.0**x), float(10.0**bound))
+    return out
 
 
 def variance_scale(err: np.ndarray, var: np.ndarray) -> float:

@@ -24,6 +24,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from velobins_common.errors import OptionError
+from velobins_common.fields import param
+
 from . import accel
 from .model import VeloBinsNet
 
@@ -119,16 +122,20 @@ def export_onnx(model: VeloBinsNet, path: str | Path, opset: int = 17) -> Path:
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # the legacy exporter needs no onnxscript
         warnings.simplefilter("ignore", torch.jit.TracerWarning)
-        torch.onnx.export(
-            wrapper,
-            (_example(model, 2),),
-            str(path),
-            input_names=["window"],
-            output_names=names,
-            dynamic_axes={n: {0: "batch"} for n in ["window", *names]},
-            opset_version=opset,
-            dynamo=False,
-        )
+        try:
+            torch.onnx.export(
+                wrapper,
+                (_example(model, 2),),
+                str(path),
+                input_names=["window"],
+                output_names=names,
+                dynamic_axes={n: {0: "batch"} for n in ["window", *names]},
+                opset_version=opset,
+                dynamo=False,
+            )
+        except torch.onnx.errors.OnnxExporterError as exc:  # an operator this opset lacks (UnsupportedOperatorError)
+            reason = " ".join(str(exc).split()).split(". ")[0]
+            raise OptionError("--opset", f"{opset} cannot express this model ({reason})") from None
     return path
 
 
@@ -140,8 +147,9 @@ FORMATS = ("torchscript", "onnx")
 class ExportConfig:
     """How an export is made and verified (``velobins export`` options are generated from it)."""
 
-    opset: int = 17
-    """ONNX opset version (ignored for TorchScript)."""
+    opset: int = param(17, min=14, max=20)
+    """ONNX opset version (ignored for TorchScript): 14 is the first with the transformer's attention
+    operator, 20 the last that torch's TorchScript-based exporter supports."""
     parity_batch: int = 5
     """Random windows in the parity check; not the traced batch (2), so the dynamic batch axis is checked too."""
     parity_seed: int = 0

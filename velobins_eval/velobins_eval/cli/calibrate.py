@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from velobins_common.errors import OptionError, UserError
 from velobins_data.flight import Flight
 from velobins_eval.calibrate import (
     TABLE_HEADER,
@@ -22,13 +23,14 @@ from velobins_eval.calibrate import (
 from velobins_eval.calibrate_fit import (
     DEFAULT_FIT,
     FITTABLE,
+    at_search_bound,
     check_fit_names,
     consistency,
     fit_noise,
     synthetic_measurements,
 )
 
-from .options import add_allow_option
+from .options import add_allow_option, add_output_file_option
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -42,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--dataset", required=True, choices=KINDS, help="adapter of --data (and --heldout)")
     p.add_argument("--data", required=True, type=Path, help="training flights: a flight file or a folder")
-    p.add_argument("--out", required=True, type=Path, help="overlay YAML to write")
+    add_output_file_option(p, "--out", "overlay YAML to write", required=True)
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     p.add_argument(
         "--params",
@@ -75,41 +77,67 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def check_args(args: argparse.Namespace) -> None:
-    """Option errors a user can fix, before any work (``ValueError``: exit 2)."""
+    """Option errors a user can fix, before any work (``OptionError``: exit 2)."""
     if (args.checkpoint is None) != (args.heldout is None):
-        raise ValueError("--checkpoint and --heldout go together (the variance scale is fitted on held-out flights)")
+        raise OptionError("--checkpoint/--heldout", "go together (the variance scale is fitted on held-out flights)")
     if args.max_flights is not None and args.max_flights < 1:
-        raise ValueError(f"--max-flights must be >= 1, got {args.max_flights}")
-    if not args.meas_sigma > 0:
-        raise ValueError(f"--meas-sigma must be > 0 m/s, got {args.meas_sigma}")
-    if args.grid_points < 1 or args.max_evals < 1 or args.threads < 1:
-        raise ValueError("--grid-points, --max-evals and --threads must be >= 1")
+        raise OptionError("--max-flights", f"must be >= 1, got {args.max_flights}")
+    if not (args.meas_sigma > 0 and np.isfinite(args.meas_sigma)):
+        raise OptionError("--meas-sigma", f"must be a finite number > 0 m/s, got {args.meas_sigma}")
+    for flag, value in (
+        ("--grid-points", args.grid_points),
+        ("--max-evals", args.max_evals),
+        ("--threads", args.threads),
+    ):
+        if value < 1:
+            raise OptionError(flag, f"must be >= 1, got {value}")
     args.fit = check_fit_names(args.fit.split(","))
 
 
-def check_out(path: Path, overwrite: bool) -> None:
-    """Refuse an existing ``--out`` without ``--overwrite`` (never a folder) and an unwritable location."""
-    from velobins_common.outputs import OutputError, check_writable
+def check_out(path: Path, overwrite: bool):
+    """The checked ``--out`` (:func:`velobins_common.output_files.check_output_file`): an existing file
+    only with ``--overwrite``, never a folder or a link to a file; ``-`` and special files written directly."""
+    from velobins_common.output_files import check_output_file
 
-    if path.is_dir():
-        raise OutputError(path, "is a folder; --out names the overlay YAML file")
-    if (path.exists() or path.is_symlink()) and not overwrite:
-        raise OutputError(path, "already exists; pass --overwrite to replace it")
-    existing = next(p for p in (path.parent, *path.parent.parents) if p.exists())
-    if not existing.is_dir():
-        raise OutputError(path, f"cannot create it: {existing} is a file, not a folder")
-    check_writable(existing, reserve_bytes=4096)
+    return check_output_file(path, overwrite, "--out")
+
+
+def check_network(args: argparse.Namespace, heldout: list[Flight]):
+    """The ``--checkpoint`` model, checked against the held-out flights before the fit (not after it).
+
+    The variance scale is fitted on a velocity network's streaming output (VeloBins, AI-IO); a
+    baseline of Table I (TLIO, EqNIO, IMO: displacement; AirIO: attitude input) has none here.
+    """
+    from velobins_net.inference import load_checkpoint, load_predictor_config
+    from velobins_net.pretrained import resolve_checkpoint
+
+    from ..evaluate import check_fits
+
+    args.checkpoint = resolve_checkpoint(args.checkpoint)  # shipped names (crazyflie) as everywhere else
+    model = load_checkpoint(args.checkpoint)
+    if model.cfg.method != "velobins":
+        raise OptionError(
+            "--checkpoint",
+            f"{args.checkpoint} is a {model.cfg.method} model; the variance scale is fitted for a velocity "
+            "network streaming body velocity (VeloBins or AI-IO)",
+        )
+    check_fits(model, args.checkpoint, heldout)
+    window = model.cfg.window_s
+    short = [f.name for f in heldout if f.duration <= window]
+    if short:
+        raise UserError(f"{args.heldout}: flight(s) {', '.join(short)} shorter than one network window ({window:g} s)")
+    load_predictor_config(args.params)  # a bad predictor entry of --params fails now, not after the fit
 
 
 def main_calibrate(argv: list[str] | None = None) -> int:
     """Entry point of ``velobins calibrate``: options, output and inputs are checked before the fit."""
-    from velobins_common.outputs import atomic_write_text
+    from velobins_common.output_files import write_output_file
     from velobins_ekf.params import load_filter_config
 
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     check_args(args)
-    check_out(args.out, args.overwrite)
+    target = check_out(args.out, args.overwrite)
     if args.checkpoint is not None:
         from velobins_net.checkpoint import read_checkpoint
         from velobins_net.pretrained import resolve_model
@@ -130,7 +158,8 @@ def main_calibrate(argv: list[str] | None = None) -> int:
         train_names = {s.name for s in all_seqs}
         shared = sorted(s.name for s in heldout if s.name in train_names)
         if shared:
-            raise ValueError(f"{args.heldout}: flight(s) {', '.join(shared)} are also in --data; hold them out")
+            raise UserError(f"{args.heldout}: flight(s) {', '.join(shared)} are also in --data; hold them out")
+        check_network(args, heldout)
     for line in skipped:
         print(line, file=sys.stderr)
     seconds = sum(s.duration for s in seqs)
@@ -144,6 +173,13 @@ def main_calibrate(argv: list[str] | None = None) -> int:
         for s, ss in zip(seqs, streams, strict=True)
     ]
     fit = fit_noise(flights, start, args.fit, args.grid_points, args.max_evals, progress=True, log=print)
+    pinned = at_search_bound(fit)
+    if pinned:
+        shown = ", ".join(f"{n} {v:.3g} (bound {b:.3g})" for n, (v, b) in pinned.items())
+        raise UserError(
+            f"{args.data}: the fit ended at a bound of its search: {shown}; the flights do not determine it "
+            f"(a frozen or noise-free IMU? too little flight?); {args.out} was not written"
+        )
     before, after = consistency(flights, start), consistency(flights, fit.config)
     table = [
         TABLE_HEADER.format("filter"),
@@ -187,10 +223,8 @@ def main_calibrate(argv: list[str] | None = None) -> int:
         "",
         "Command: velobins calibrate " + shlex.join(argv),
     ]
-    if args.out.parent != Path(""):
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(args.out, overlay_text(header, fitted, scale))
-    print(f"wrote {args.out}")
+    write_output_file(target, overlay_text(header, fitted, scale))
+    print(f"wrote {args.out}", file=sys.stderr if target.descriptor == 1 else sys.stdout)
     return 0
 
 

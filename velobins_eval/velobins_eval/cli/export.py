@@ -16,11 +16,11 @@ unwritable folder).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from velobins_common.errors import OptionError
 from velobins_common.fields import add_config_options, config_values
 
 if TYPE_CHECKING:
@@ -65,19 +65,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def check_out(out: Path, overwrite: bool) -> list[Path]:
-    """Refuse an unusable ``--out`` before any work; return the parent folders still to create."""
-    from velobins_common.outputs import OutputError, check_writable
+def check_out(out: Path, overwrite: bool):
+    """The checked ``--out`` before any work (:func:`velobins_common.output_files.check_output_file`):
+    an existing file only with ``--overwrite``, never a folder or a link to a file; special files
+    (``-``, a pipe) receive the export directly."""
+    from velobins_common.output_files import check_output_file
 
-    if out.is_dir():
-        raise OutputError(out, "is a folder; --out takes the export's file name (e.g. velobins.onnx)")
-    if (out.exists() or out.is_symlink()) and not overwrite:
-        raise OutputError(out, "exists; pass --overwrite to replace it")
-    existing = next(p for p in (out.parent, *out.parent.parents) if p.exists() or p.is_symlink())
-    if not existing.is_dir():
-        raise OutputError(out, f"cannot create it: {existing} is a regular file, not a folder")
-    check_writable(existing)
-    return [p for p in (out.parent, *out.parent.parents) if not p.exists()]
+    return check_output_file(out, overwrite, "--out")
 
 
 RUNTIMES = {"onnx": ("onnx", "onnxruntime")}
@@ -89,14 +83,15 @@ def _validate(args: argparse.Namespace) -> None:
 
     missing = [name for name in RUNTIMES.get(args.format, ()) if importlib.util.find_spec(name) is None]
     if missing:
-        raise ValueError(
-            f"--format {args.format} needs the Python packages {missing} (export and parity check): "
-            f"pip install {' '.join(missing)}"
+        raise OptionError(
+            "--format",
+            f"{args.format} needs the Python packages {missing} (export and parity check): "
+            f"pip install {' '.join(missing)}",
         )
     if args.parity_batch < 1:
-        raise ValueError(f"--parity-batch must be >= 1, got {args.parity_batch}")
+        raise OptionError("--parity-batch", f"must be >= 1, got {args.parity_batch}")
     if args.rtol < 0 or args.atol < 0:
-        raise ValueError(f"--rtol and --atol must be >= 0, got {args.rtol} and {args.atol}")
+        raise OptionError("--rtol/--atol", f"must be >= 0, got {args.rtol} and {args.atol}")
 
 
 def _describe(parity: ParityResult) -> str:
@@ -108,22 +103,20 @@ def export_checkpoint(args: argparse.Namespace) -> int:
     """Load, export under a temporary name, check parity, rename onto ``--out``; the exit status."""
     import torch
 
-    from velobins_common.outputs import atomic_path
+    from velobins_common.output_files import staged_output
     from velobins_net.export import ExportConfig, check_parity, export_model
     from velobins_net.inference import load_checkpoint
     from velobins_net.pretrained import resolve_checkpoint
 
     _validate(args)
     out: Path = args.out
-    created = check_out(out, args.overwrite)
+    target = check_out(out, args.overwrite)
     model = load_checkpoint(resolve_checkpoint(args.checkpoint))  # CheckpointError (exit 2) names the file
     cfg = ExportConfig(**config_values(args, EXPORT_FIELDS))
     torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
     tolerance = f"atol {cfg.atol:g} + rtol {cfg.rtol:g}·|PyTorch|"
     try:
-        for folder in reversed(created):
-            folder.mkdir()
-        with atomic_path(out) as tmp:
+        with staged_output(target) as tmp:  # renamed onto --out (or copied into a pipe) only if parity passes
             export_model(model, tmp, args.format, cfg)
             parity = check_parity(model, tmp, args.format, cfg)
             if not parity.passed:
@@ -133,26 +126,16 @@ def export_checkpoint(args: argparse.Namespace) -> int:
                     f"{out} not written"
                 )
     except ParityFailure as exc:
-        _remove_created(created)
         print(str(exc), file=sys.stderr)
         return 1
-    except BaseException:
-        _remove_created(created)
-        raise
-    size_kb = out.stat().st_size / 1024
+    size = f" ({out.stat().st_size / 1024:.0f} KiB)" if target.kind == "file" else ""
     print(
-        f"{out}: {args.format} export of {args.checkpoint} ({size_kb:.0f} KiB); parity with PyTorch on "
+        f"{out}: {args.format} export of {args.checkpoint}{size}; parity with PyTorch on "
         f"{parity.batch} random windows: max deviation {parity.max_deviation:.3g} ({_describe(parity)}), "
-        f"within {tolerance}"
+        f"within {tolerance}",
+        file=sys.stderr if target.descriptor == 1 else sys.stdout,  # stdout carries the export itself
     )
     return 0
-
-
-def _remove_created(created: list[Path]) -> None:
-    """Remove the parent folders this run made (a failed export leaves nothing behind)."""
-    for folder in created:
-        with contextlib.suppress(OSError):
-            folder.rmdir()
 
 
 def main_export(argv: list[str] | None = None) -> int:
