@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -59,9 +59,14 @@ MAX_STAMP = float(2**31 - 1)
 """Largest stamp [s] a ROS 2 ``builtin_interfaces/Time`` holds (``sec`` is an int32)."""
 
 ROTOR_MSG = "velobins_msgs/msg/RotorSpeeds"
+IMU_MSG = "sensor_msgs/msg/Imu"
+ODOMETRY_MSG = "nav_msgs/msg/Odometry"
 VELOCITY_MSG = "velobins_msgs/msg/VelocityEstimate"
 KIND_RAD_PER_SEC, KIND_RPM, KIND_NORMALIZED = 0, 1, 2
 """Values of RotorSpeeds.kind (one source: velobins_msgs/msg/RotorSpeeds.msg; checked in tests)."""
+
+TOPIC_TYPES = {TOPIC_IMU: IMU_MSG, TOPIC_ROTOR: ROTOR_MSG, TOPIC_GT: ODOMETRY_MSG}
+"""The message type of each topic of a VeloBins bag (written so, and checked when read)."""
 
 _META_KEY = "velobins.sequence"
 BAG_FORMAT_VERSION = 2
@@ -220,9 +225,9 @@ def _write_messages(flight: Flight, path: Path, storage: str, offset: float) -> 
             "metadata": flight.metadata,
         }
         writer.set_custom_data(_META_KEY, json.dumps(meta, default=str))
-        c_imu = writer.add_connection(TOPIC_IMU, "sensor_msgs/msg/Imu", typestore=store)
-        c_rot = writer.add_connection(TOPIC_ROTOR, ROTOR_MSG, typestore=store)
-        c_gt = writer.add_connection(TOPIC_GT, "nav_msgs/msg/Odometry", typestore=store)
+        c_imu = writer.add_connection(TOPIC_IMU, TOPIC_TYPES[TOPIC_IMU], typestore=store)
+        c_rot = writer.add_connection(TOPIC_ROTOR, TOPIC_TYPES[TOPIC_ROTOR], typestore=store)
+        c_gt = writer.add_connection(TOPIC_GT, TOPIC_TYPES[TOPIC_GT], typestore=store)
         Header, Vector3, Quaternion = (
             T["std_msgs/msg/Header"],
             T["geometry_msgs/msg/Vector3"],
@@ -300,6 +305,7 @@ def read_bag(path: str | Path) -> Flight:
         missing = {TOPIC_IMU, TOPIC_ROTOR, TOPIC_GT} - topics
         if missing:
             raise BagError(f"{path}: missing topic(s) {sorted(missing)}; found {sorted(topics)}")
+        check_topic_types(reader.connections, TOPIC_TYPES, lambda topic, msg: BagError(f"{path}: {msg}"))
         conns = [c for c in reader.connections if c.topic in (TOPIC_IMU, TOPIC_ROTOR, TOPIC_GT)]
 
         def corrupt(exc: BaseException) -> BagError:
@@ -405,6 +411,20 @@ def _open_reader(path: Path) -> Reader:
     return reader
 
 
+def check_topic_types(
+    connections: Iterable[Any], expected: dict[str, str], fail: Callable[[str, str], Exception]
+) -> None:
+    """Raise ``fail(topic, message)`` when a topic of ``expected`` carries another message type.
+
+    Checked on the bag's connections before any message is read: a bag whose IMU topic carries,
+    say, odometry would otherwise fail deep in the reader with an ``AttributeError``.
+    """
+    for conn in connections:
+        want = expected.get(conn.topic)
+        if want is not None and conn.msgtype != want:
+            raise fail(conn.topic, f"topic {conn.topic} carries {conn.msgtype}, expected {want}")
+
+
 def bag_messages(
     reader: Any, conns: list[Any], store: Typestore, corrupt: Callable[[BaseException], Exception]
 ) -> Iterator[tuple[str, Any]]:
@@ -437,11 +457,15 @@ def _custom_metadata(path: Path) -> dict:
     """The VeloBins entry of the bag's ``custom_data`` (rosbag2 metadata.yaml), or {} if absent."""
     import yaml
 
+    from velobins_common.bounded import InputLimitError, read_yaml
+
     meta_file = path / "metadata.yaml"
     try:
-        info = yaml.safe_load(meta_file.read_text(encoding="utf-8")) or {}
+        info = read_yaml(meta_file) or {}  # bounded: size, nesting, no aliases
         custom = (info.get("rosbag2_bagfile_information") or {}).get("custom_data") or {}
         meta = json.loads(custom.get(_META_KEY, "{}"))
+    except InputLimitError as exc:
+        raise BagError(str(exc)) from None
     except (yaml.YAMLError, UnicodeDecodeError, AttributeError, TypeError, ValueError) as exc:
         raise BagError(f"{meta_file}: not a readable rosbag2 metadata file ({_describe(exc)})") from None
     if not isinstance(meta, dict):

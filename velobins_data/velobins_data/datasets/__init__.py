@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import gzip
 import warnings
+import zlib
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -164,10 +165,11 @@ def guess_kind(path: str | Path) -> str | None:
         return None
     try:
         opener = gzip.open if p.suffix == ".gz" else open
-        with opener(p, "rt", encoding="utf-8", errors="replace") as fh:  # type: ignore[operator]
-            header = next((line for _, line in zip(range(50), fh, strict=False) if not line.startswith("#")), "")
-    except (OSError, EOFError):
+        with opener(p, "rb") as fh:  # type: ignore[operator]
+            head = fh.read(1 << 16).decode("utf-8-sig", errors="replace")  # bounded: a hint, never a whole file
+    except (OSError, EOFError, zlib.error):
         return None
+    header = next((line for line in head.splitlines()[:50] if not line.startswith("#")), "")
     columns = {c.strip() for c in header.split(",")}
     return next((kind for kind, column in _HEADER_SIGNATURES if column in columns), None)
 

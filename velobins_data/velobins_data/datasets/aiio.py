@@ -44,7 +44,7 @@ from scipy.spatial.transform import Rotation, Slerp
 
 from velobins_common.constants import ROTOR_SPEED, RPM_TO_RAD_PER_S
 from velobins_common.interp import interp_columns
-from velobins_data.bag import bag_messages
+from velobins_data.bag import bag_messages, check_topic_types
 from velobins_data.datasets.errors import DatasetError, describe
 from velobins_data.datasets.frames import velocity_frame
 from velobins_data.datasets.tabular import check_finite, monotonic_rows, require_file
@@ -57,6 +57,12 @@ PLATFORM = "aiio-quad"
 IMU_TOPIC = "/mavros/imu/data"
 ODOM_TOPIC = "/odom/global"
 ESC_TOPIC = "/mavros/esc"
+TOPIC_TYPES = {
+    IMU_TOPIC: "sensor_msgs/msg/Imu",
+    ODOM_TOPIC: "nav_msgs/msg/Odometry",
+    ESC_TOPIC: "mavros_msgs/msg/ESCStatus",
+}
+"""The message type each topic of an AI-IO bag must carry (checked before any message is read)."""
 
 ESC_STATUS_ITEM_MSG = """std_msgs/Header header
 int32 rpm
@@ -240,6 +246,7 @@ def _read_topics(source: str, bag_dir: Path) -> dict[str, list[np.ndarray]]:
     out: dict[str, list[np.ndarray]] = {IMU_TOPIC: [], ODOM_TOPIC: [], ESC_TOPIC: []}
     reader = _open_bag(source, bag_dir)
     try:
+        check_topic_types(reader.connections, TOPIC_TYPES, lambda topic, msg: DatasetError(source, topic, msg))
         conns = [c for c in reader.connections if c.topic in out]
 
         def corrupt(exc: BaseException) -> DatasetError:

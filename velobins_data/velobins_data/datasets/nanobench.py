@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from velobins_common.bounded import InputLimitError, read_yaml
 from velobins_common.constants import ROTOR_COMMAND
 from velobins_data.datasets.errors import DatasetError, UnusableFlightError, describe
 from velobins_data.datasets.tabular import monotonic_rows, read_table, require_columns
@@ -110,7 +111,8 @@ def metadata_path(csv_path: str | Path) -> Path:
 def read_metadata(csv_path: str | Path) -> dict[str, Any]:
     """The flight's metadata YAML as a dict (empty when the file is absent).
 
-    Loaded with ``yaml.safe_load`` (no Python tags). Invalid YAML, bytes that are not UTF-8, a
+    Loaded with :func:`velobins_common.bounded.read_yaml` (safe, no aliases, bounded size and
+    nesting). Invalid YAML, too large or deep a file, bytes that are not UTF-8, a
     document that is not a mapping and a used key of the wrong type (:func:`metadata_gravity`)
     raise :class:`DatasetError` naming the YAML file and the key.
     """
@@ -118,8 +120,9 @@ def read_metadata(csv_path: str | Path) -> dict[str, Any]:
     if not path.is_file():
         return {}
     try:
-        with open(path, encoding="utf-8") as fh:
-            data = yaml.safe_load(fh)
+        data = read_yaml(path)  # bounded: size, nesting, no aliases (a YAML bomb is one line, not a MemoryError)
+    except InputLimitError as exc:
+        raise DatasetError(path, "<file>", str(exc).removeprefix(f"{path}: ")) from None
     except yaml.YAMLError as exc:
         raise DatasetError(path, "<file>", f"invalid YAML ({describe(exc)})") from None
     except UnicodeDecodeError as exc:

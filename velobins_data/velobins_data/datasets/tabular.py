@@ -9,7 +9,9 @@ One job: get a named float table out of a file and apply the row policies every 
 * **Unreadable files** -- a missing file, a directory, a truncated or corrupt ``.gz`` and bytes
   that are not UTF-8 text raise :class:`DatasetError` naming the file (:func:`require_file`,
   :func:`read_table`), never a bare ``EOFError``/``zlib.error``, so a folder of 60 flights says
-  which one is damaged.
+  which one is damaged. A UTF-8 byte-order mark (spreadsheet exports) is dropped.
+* **Bounded size** -- a file larger than :data:`MAX_FLIGHT_BYTES`, on disk or decompressed, is
+  refused before it is read whole (a sparse 2 GB CSV, a gzip bomb): one line, not a MemoryError.
 * **Timestamps** (:func:`monotonic_rows`) -- rows whose stamp is not strictly greater than every
   earlier stamp (exact duplicates and backward jumps) are dropped and counted. If more than
   :data:`MAX_DROPPED_STAMP_FRACTION` of the rows would be dropped the file is treated as
@@ -27,7 +29,12 @@ from pathlib import Path
 
 import numpy as np
 
+from velobins_common.bounded import InputLimitError, read_text
 from velobins_data.datasets.errors import DatasetError, describe
+
+MAX_FLIGHT_BYTES = 512 << 20
+"""Largest flight file [bytes], on disk and decompressed: two hours of NanoBench's 100 Hz CSV (2.9 MB per
+42 s flight); the parsed table takes about as much memory again."""
 
 MAX_DROPPED_STAMP_FRACTION = 0.01
 """Largest share of rows that may be dropped for duplicate/non-increasing stamps (1 %)."""
@@ -105,18 +112,10 @@ def unreadable(path: str | Path, exc: BaseException) -> DatasetError:
     return DatasetError(path, "<file>", f"cannot read: {what} ({describe(exc)})")
 
 
-def open_text(path: str | Path) -> io.TextIOBase:
-    """Open a text file, transparently gunzipping ``*.gz``."""
-    path = Path(path)
-    if path.suffix == ".gz":
-        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8")
-    return open(path, encoding="utf-8")  # the caller closes it (with-statement)
-
-
 def _read_text(path: str | Path) -> tuple[dict[str, str], str, str]:
-    """(``# key: value`` comments, header line, body text) of a delimited text file."""
+    """(``# key: value`` comments, header line, body text) of a delimited text file (bounded, gunzipped)."""
     comments: dict[str, str] = {}
-    with open_text(path) as fh:
+    with io.StringIO(read_text(path, MAX_FLIGHT_BYTES, "flight file")) as fh:
         header_line = ""
         for line in fh:
             stripped = line.strip()
@@ -147,6 +146,8 @@ def read_table(path: str | Path, delimiter: str = ",", string_columns: SequenceA
     require_file(path)
     try:
         comments, header_line, body = _read_text(path)
+    except InputLimitError as exc:
+        raise DatasetError(source, "<file>", str(exc).removeprefix(f"{source}: ")) from None
     except (*CORRUPT_FILE_ERRORS, PermissionError) as exc:
         raise unreadable(source, exc) from None
     if not header_line:
