@@ -138,8 +138,8 @@ def check_writable(directory: str | Path, reserve_bytes: int = 1 << 20) -> None:
             fh.flush()
             os.fsync(fh.fileno())
     except OSError as exc:
-        reason = "disk full" if exc.errno in (errno.ENOSPC, errno.EFBIG) else (exc.strerror or str(exc))
-        raise OutputError(directory, f"not writable ({reason})") from None
+        reason = {errno.ENOSPC: "disk full", errno.EDQUOT: "disk quota exceeded", errno.EFBIG: "file size limit"}
+        raise OutputError(directory, f"not writable ({reason.get(exc.errno, exc.strerror or str(exc))})") from None
     finally:
         with contextlib.suppress(OSError):
             probe.unlink()

@@ -20,6 +20,7 @@ import dataclasses
 
 import numpy as np
 
+from velobins_common.errors import UserError
 from velobins_data.flight import Flight
 
 from .scoring import FlightRecord
@@ -109,7 +110,7 @@ def closed_loop_flight(model, seq: Flight, method: str, predictor_config=None, e
     )
     ups = [u for u in (res.displacement_updates if displacement else res.updates) if u.accepted]
     if not ups:
-        raise ValueError(
+        raise UserError(
             f"{seq.source}: the filter applied no update (network: {dict(predictor.counts)}; filter: {res.stats})"
         )
     t_upd = np.array([u.stamp for u in ups])

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from velobins_common.errors import UserError
+
 from . import accel
 from .config import RANGE_MARGIN
 
@@ -72,7 +74,7 @@ def velocity_range_from(body_velocities: Iterable[np.ndarray], margin: float = R
             peak = max(peak, float(np.max(np.abs(arr))))
             count += 1
     if count == 0 or peak <= 0.0:
-        raise ValueError("velocity_range_from: no non-zero body velocity in the training set")
+        raise UserError("the training flights hold no non-zero body velocity (a vehicle that never moved?)")
     return margin * peak
 
 

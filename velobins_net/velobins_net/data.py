@@ -27,6 +27,7 @@ import torch
 from torch.utils.data import Dataset
 
 from velobins_common.constants import ROTOR_SPEED, canonical_rotor_kind
+from velobins_common.errors import UserError
 from velobins_common.interp import interp_columns
 from velobins_data.flight import Flight
 
@@ -74,9 +75,9 @@ def flight_arrays(flight: Flight, cfg: ModelConfig) -> tuple[np.ndarray, np.ndar
     """One flight → (inputs (T, 6+K) raw [acc, gyro, rotor], targets (T, 3) body velocity), at cfg.rate_hz."""
     src = str(flight.metadata.get("source", flight.name))
     if flight.rotor_kind != cfg.rotor_kind:
-        raise ValueError(f"{src}: field 'rotor_kind' is {flight.rotor_kind!r} but the model expects {cfg.rotor_kind!r}")
+        raise UserError(f"{src}: field 'rotor_kind' is {flight.rotor_kind!r} but the model expects {cfg.rotor_kind!r}")
     if flight.rotor.ndim != 2 or flight.rotor.shape[1] != cfg.num_rotors:
-        raise ValueError(f"{src}: field 'rotor' has shape {flight.rotor.shape}, model expects K={cfg.num_rotors}")
+        raise UserError(f"{src}: field 'rotor' has shape {flight.rotor.shape}, model expects K={cfg.num_rotors}")
     t = np.asarray(flight.t, dtype=np.float64)
     grid, inputs = resample(t, np.concatenate([flight.acc, flight.gyro, flight.rotor], axis=1), cfg.rate_hz)
     inputs = np.asarray(inputs)
@@ -132,7 +133,7 @@ class WindowDataset(Dataset):
             tgts.append(y)
             offset += len(x)
         if not ends:
-            raise ValueError(f"WindowDataset: no flight is longer than one window ({cfg.window_s} s)")
+            raise UserError(f"no flight is longer than one network window ({cfg.window_s} s)")
         self.inputs = torch.from_numpy(np.concatenate(ins).astype(np.float32))
         self.targets = torch.from_numpy(np.concatenate(tgts).astype(np.float32))
         self.ends = torch.from_numpy(np.concatenate(ends).astype(np.int64))

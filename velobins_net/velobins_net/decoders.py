@@ -108,13 +108,13 @@ def covariance_variance(log_sigma: torch.Tensor, min_log_sigma: float | None = N
 
 
 def check_uncertainty(source: str, has_bins: bool, has_cov: bool) -> None:
-    """Raise ValueError unless ``source`` is B, C or B+C and the model has the decoders it needs."""
+    """Raise a UserError unless ``source`` is B, C or B+C and the model has the decoders it needs."""
     if source not in UNCERTAINTY_SOURCES:
-        raise ValueError(f"uncertainty: must be one of {UNCERTAINTY_SOURCES}, got {source!r}")
+        raise UserError(f"uncertainty: must be one of {UNCERTAINTY_SOURCES}, got {source!r}")
     if "B" in source and not has_bins:
-        raise ValueError(f"uncertainty {source!r}: this model has no bin decoder")
+        raise UserError(f"uncertainty {source!r}: this model has no bin decoder")
     if "C" in source and not has_cov:
-        raise ValueError(f"uncertainty {source!r}: this model has no covariance decoder (cov_head)")
+        raise UserError(f"uncertainty {source!r}: this model has no covariance decoder (cov_head)")
 
 
 def reported_variance(source: str, bin_var: torch.Tensor | None, cov_var: torch.Tensor | None) -> torch.Tensor:

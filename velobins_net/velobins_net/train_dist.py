@@ -17,6 +17,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from velobins_common.errors import OptionError
+
 
 @dataclass(frozen=True)
 class DistInfo:
@@ -48,7 +50,7 @@ def pick_device(name: str, local_rank: int) -> torch.device:
         name = "cuda" if torch.cuda.is_available() else "cpu"
     if name == "cuda":
         if not torch.cuda.is_available():
-            raise ValueError("TrainConfig.device='cuda' but CUDA is not available")
+            raise OptionError("--device", "cuda, but CUDA is not available on this machine")
         return torch.device("cuda", local_rank)
     return torch.device(name)
 

@@ -7,6 +7,7 @@ import shlex
 import sys
 from pathlib import Path
 
+from velobins_common.errors import OptionError
 from velobins_common.fields import add_config_options, config_values, field_docs
 from velobins_data.datasets import KINDS
 from velobins_eval.reproduce.commands import Options, reproduce
@@ -95,13 +96,13 @@ def parse_options(argv: list[str] | None = None) -> Options:
     args = build_parser().parse_args(argv)
     if args.val is None:
         if not ((args.data / "train").is_dir() and (args.data / "val").is_dir()):
-            raise ValueError(f"--val not given and {args.data} has no train/ and val/ folders")
+            raise OptionError("--val", f"not given and {args.data} has no train/ and val/ folders")
         args.data, args.val = args.data / "train", args.data / "val"
     for name in ("data", "val", "test", "out"):
         if getattr(args, name) is not None:
             setattr(args, name, getattr(args, name).resolve())
     if args.jobs < 1:
-        raise ValueError(f"--jobs must be >= 1, got {args.jobs}")
+        raise OptionError("--jobs", f"must be >= 1, got {args.jobs}")
     command = shlex.join(["velobins", "reproduce", *(sys.argv[2:] if argv is None else argv)])
     opts = Options(
         dataset=args.dataset,

@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from velobins_common.errors import UserError
+
 from .. import metrics
 from ..evaluate import flight_record, imu_only_flight
 from ..scoring import GroundTruth, score
@@ -45,7 +47,7 @@ def evaluate_unit(
 
     model = load_checkpoint(checkpoint)
     if unit.uncertainty is not None and not model.cfg.cov_head and "C" in unit.uncertainty:
-        raise ValueError(f"{checkpoint}: row {unit.row} needs a covariance decoder, the model has none")
+        raise UserError(f"{checkpoint}: row {unit.row} needs a covariance decoder, the model has none")
     result = UnitResult(unit, {}, {})
     for seq in seqs:
         # The uncertainty source is an inference argument: the model itself is not modified.

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from velobins_common.errors import OptionError
 from velobins_common.outputs import RunLayout
 from velobins_net.config import BASELINE_METHODS
 
@@ -123,7 +124,7 @@ def parse_tables(text: str) -> tuple[str, ...]:
         name = arabic.get(item.strip(), item.strip())
         name = name if name == "bins" else name.upper()
         if name not in TABLES:
-            raise ValueError(f"--tables: unknown table {item.strip()!r}; choose from {', '.join(TABLES)} or all")
+            raise OptionError("--tables", f"unknown table {item.strip()!r}; choose from {', '.join(TABLES)} or all")
         picked.add(name)
     return tuple(t for t in TABLES if t in picked)
 
