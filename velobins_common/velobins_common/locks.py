@@ -41,6 +41,8 @@ class RunLock:
         except OSError as exc:
             if exc.errno == errno.ELOOP:
                 raise OutputError(self.path, "is a symbolic link; refusing to follow it (remove it)") from None
+            if exc.errno == errno.EISDIR:
+                raise OutputError(self.path, "is not a regular file; not used as a lock (remove it)") from None
             raise
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:

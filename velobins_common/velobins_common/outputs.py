@@ -300,16 +300,18 @@ class Run:
             else:
                 remove_path(self._staging)
                 self._staging = None
-                for folder in self._created:  # innermost first; only while empty
-                    with contextlib.suppress(OSError):
-                        folder.rmdir()
         finally:
             self.lock.release()
+        _remove_created(self._created)  # after the lock file went: only folders left empty
+        self._created = []
 
     def __enter__(self) -> Run:
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
+        if isinstance(exc, UserError) and self._staging is not None and exc.args:
+            # A message names the file where it will lie (--out/x.csv), never the hidden staging folder.
+            exc.args = (str(exc.args[0]).replace(str(self._staging), str(self.directory)), *exc.args[1:])
         self.release()
 
 

@@ -154,7 +154,7 @@ def existing(kind: str):
 
 CASES = [
     # 1. a finished run is lost
-    Case("train into an earlier run", existing("train"), ("out", "last.pt", "--overwrite")),
+    Case("train into an earlier run", existing("train"), ("out", "last.pt", "--resume")),
     Case("evaluate into an earlier report", existing("evaluate"), ("out", "metrics.md")),
     Case("simulate into earlier flights", existing("simulate"), ("out", "sim_")),
     Case("convert onto an earlier bag", existing("convert"), ("out",)),

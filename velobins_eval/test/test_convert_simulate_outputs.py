@@ -20,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import fixtures_datasets as fx
 
 from velobins_common.outputs import LOCK_NAME, RunLock
+from velobins_common.outputs import MANIFEST_NAME as RUN_MANIFEST
 from velobins_data import bag
 from velobins_data.datasets import read_csv, write_csv
 from velobins_data.flight import Flight
@@ -285,7 +286,9 @@ def test_simulate_refuses_a_folder_holding_a_run(
     before = snapshot(tmp_path)
     status, err = run(simulate(out), capsys)
     line = one_error_line(err)
-    assert status == 2 and str(out) in line and named in line and "--overwrite" in line
+    assert status == 2 and str(out) in line and named in line
+    # A run with a manifest may be replaced; files no manifest lists are never removed (issue 24).
+    assert ("--overwrite" in line) if held == "earlier flights" else ("nothing was changed" in line)
     assert snapshot(tmp_path) == before
 
 
@@ -293,13 +296,15 @@ def test_simulate_overwrite_replaces_the_whole_earlier_set(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], earlier_run: Path
 ) -> None:
     out = copy_tree(earlier_run, tmp_path / "sim")
-    (out / "sim_star_041.csv").write_text("a flight of an earlier, longer run\n")
+    status, err = run(simulate(out, "--flights", "3", "--overwrite"), capsys)  # an earlier, longer run
+    assert status == 0, err
+    assert (out / "sim_lemniscate_002.csv").exists()
     (out / "notes.txt").write_text("mine\n")
     notes = (out / "notes.txt").stat().st_mtime_ns
     status, err = run(simulate(out, "--overwrite"), capsys)
     assert status == 0, err
     names = sorted(p.name for p in out.iterdir())
-    assert names == ["notes.txt", "sim_circle_000.csv", "sim_figure8_001.csv", batch.MANIFEST_NAME]
+    assert names == [RUN_MANIFEST, "notes.txt", "sim_circle_000.csv", "sim_figure8_001.csv", batch.MANIFEST_NAME]
     assert (out / "notes.txt").stat().st_mtime_ns == notes
     # Same plan, same seed: the flights are byte-identical to the earlier run's.
     assert (out / "sim_circle_000.csv").read_bytes() == (earlier_run / "sim_circle_000.csv").read_bytes()

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from fixtures_datasets import hover_flight
 
-from velobins_common.outputs import LOCK_NAME
+from velobins_common.outputs import LOCK_NAME, MANIFEST_NAME, open_run_dir
 from velobins_data.datasets import write_csv
 from velobins_data.flight import Flight
 from velobins_eval.cli import main
@@ -262,11 +262,14 @@ def test_demo_refuses_an_earlier_run_and_overwrite_replaces_only_its_own_entries
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
     import velobins_data.sim.batch as batch
+    from velobins_eval.demo import LAYOUT
 
     out = tmp_path / "main_job"
-    (out / "flights" / "all").mkdir(parents=True)
-    (out / "flights" / "all" / "sim_circle_000.csv").write_text("an earlier flight")
-    (out / "report.md").write_text("# an earlier report")
+    with open_run_dir(out, LAYOUT) as run:  # an earlier demo run, with its manifest
+        (run.path / "flights" / "all").mkdir(parents=True)
+        (run.path / "flights" / "all" / "sim_circle_000.csv").write_text("an earlier flight")
+        (run.path / "report.md").write_text("# an earlier report")
+        run.commit()
     (out / "notes.txt").write_text("mine")
     before = _snapshot(out)
 
@@ -288,8 +291,10 @@ def test_demo_refuses_an_earlier_run_and_overwrite_replaces_only_its_own_entries
 
     monkeypatch.setattr(batch, "simulate_many", interrupted_simulate_many)
     assert main(["demo", "--simulated", "--out", str(out), "--overwrite"]) == 130
-    assert seen["entries"] == [LOCK_NAME, "notes.txt"]  # the earlier run removed first; the user's file kept
-    assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]  # lock file gone after Ctrl-C
+    staged = [n for n in seen["entries"] if n.startswith(".velobins-stage.")]
+    assert len(staged) == 1  # the new run is staged beside the earlier one, which stays until it is complete
+    assert seen["entries"] == sorted([MANIFEST_NAME, LOCK_NAME, *staged, "flights", "notes.txt", "report.md"])
+    assert _snapshot(out) == before  # Ctrl-C: the earlier run byte-identical, staging and lock gone
 
 
 def test_main_job_script_passes_overwrite() -> None:
