@@ -224,8 +224,8 @@ def test_smoke_schedule_end_to_end(tmp_path: Path) -> None:
     assert reproduce(parse_options(argv), on_done=lambda task: ran.append(task.name)) == 0
     assert ran == [] and {p: p.stat().st_mtime_ns for p in mtimes} == mtimes
 
-    # Partial runs go to the real `velobins train` with an explicit flag: one with last.pt is resumed
-    # (its one epoch is done: nothing retrained), one without last.pt is restarted (--overwrite).
+    # Partial runs go to the real `velobins train`: one with last.pt is resumed (its one epoch is
+    # done: nothing retrained), one without last.pt is removed and restarted afresh.
     resumed, restarted = model_dir(out, "G-B"), model_dir(out, "H-B")
     resumed.rename(partial_dir(out, "G-B"))
     restarted.rename(partial_dir(out, "H-B"))
@@ -239,7 +239,8 @@ def test_smoke_schedule_end_to_end(tmp_path: Path) -> None:
         restarted / "last.pt"
     ).is_file()
     log = (out / "logs" / "H-B.log").read_text()
-    assert "--overwrite" in log and "epoch 1/" in log  # per-epoch lines reach the log
+    assert "--overwrite" not in log and "--resume" not in log.split("$ ")[-1].splitlines()[0]
+    assert "epoch 1/" in log  # per-epoch lines reach the log
     assert not list(out.rglob("*.tmp")) and not list(out.glob("models/*.partial"))
     # The retrained H-B has a new best.pt: its unit is stale and only it is recomputed.
     ran.clear()
