@@ -184,7 +184,10 @@ def test_bounded_inputs_and_options_fail_in_one_line(case: Case, good, tmp_path,
         monkeypatch.setattr(importlib.import_module(module), attr, value)
     argv = case.build(tmp_path, good)
     before, before_good = _files(tmp_path), _files(good["flights"].parent)
-    status = main(argv)
+    try:
+        status = main(argv)
+    except SystemExit as exc:  # argparse's usage error: the status the process exits with
+        status = exc.code
     captured = capsys.readouterr()
     assert status == 2, f"{case.name}: exit {status}: {captured.err[-2000:]}"
     assert "Traceback" not in captured.err + captured.out
@@ -226,7 +229,7 @@ def test_a_frozen_imu_fails_check_and_a_byte_order_mark_does_not(good, tmp_path,
     rows = np.array([[float(x) for x in ln.split(",")] for ln in lines[header_at + 1 :]])
     imu = [columns.index(c) for c in ("acc_x", "acc_y", "acc_z", "gyro_x", "gyro_y", "gyro_z")]
     rows[:, imu] = rows[0, imu]  # bit-identical rows: a frozen driver
-    body = "\n".join(",".join(repr(x) for x in row) for row in rows)
+    body = "\n".join(",".join(repr(float(x)) for x in row) for row in rows)
     (tmp_path / "frozen").mkdir()
     (tmp_path / "frozen" / "frozen.csv").write_text("\n".join(lines[: header_at + 1]) + "\n" + body + "\n")
     assert main(["check", "--dataset", "csv", "--data", str(tmp_path / "frozen")]) == 1
