@@ -69,6 +69,17 @@ def yaml_bomb(tmp: Path, good: dict[str, Path]) -> list[str]:
     return ["convert", "--dataset", "nanobench", "--input", str(csv), "--output", str(tmp / "bag")]
 
 
+def hdf5_bomb(tmp: Path, good: dict[str, Path]) -> list[str]:
+    import fixtures_datasets as fx
+    import h5py
+
+    path = fx.write_aiio_hdf5(tmp / "data.hdf5", fx.banked_circle())
+    with h5py.File(path, "a") as f:  # a compressed dataset that claims 10^10 stamps in a few kB
+        del f["ts"]
+        f.create_dataset("ts", shape=(10**10,), dtype="f8", chunks=(1 << 16,), compression="gzip")
+    return ["convert", "--dataset", "aiio", "--input", str(path), "--output", str(tmp / "bag")]
+
+
 def crafted_dimension(name: str, value: object) -> Callable[[Path, dict[str, Path]], list[str]]:
     def build(tmp: Path, good: dict[str, Path]) -> list[str]:
         ckpt = read_checkpoint(good["ckpt"])
@@ -117,6 +128,7 @@ CASES = [
         ("bomb.csv.gz", "decompressed", "1 MiB"),
         {"limit": ("velobins_data.datasets.tabular", "MAX_FLIGHT_BYTES", 1 << 20)},
     ),
+    Case("an HDF5 dataset claiming 10^10 values", hdf5_bomb, ("data.hdf5", "'ts'", "more than a flight")),
     Case("a YAML alias bomb in NanoBench metadata", yaml_bomb, ("B1_circle_slow_rep1_metadata.yaml", "aliases")),
     Case(
         "a checkpoint with num_bins = 2^31",

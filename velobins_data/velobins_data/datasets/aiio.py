@@ -47,7 +47,7 @@ from velobins_common.interp import interp_columns
 from velobins_data.bag import bag_messages, check_topic_types
 from velobins_data.datasets.errors import DatasetError, describe
 from velobins_data.datasets.frames import velocity_frame
-from velobins_data.datasets.tabular import check_finite, monotonic_rows, require_file
+from velobins_data.datasets.tabular import MAX_FLIGHT_BYTES, check_finite, monotonic_rows, require_file
 from velobins_data.flight import STANDARD_GRAVITY, Flight
 
 """Revolutions per minute -> rad/s."""
@@ -144,6 +144,9 @@ def _read_hdf5(source: str, keys: tuple[str, ...]) -> dict[str, np.ndarray]:
                     raise DatasetError(source, key, f"is an HDF5 {type(node).__name__}, expected a dataset")
                 if node.dtype.kind not in "biuf":
                     raise DatasetError(source, key, f"not numeric (HDF5 type {node.dtype})")
+                if node.size * 8 > MAX_FLIGHT_BYTES:  # before it is read: a compressed dataset can claim any shape
+                    what = f"holds {node.size} values, more than a flight ({MAX_FLIGHT_BYTES >> 20} MiB as float64)"
+                    raise DatasetError(source, key, what)
                 try:
                     arrays[key] = np.asarray(node, dtype=np.float64)
                 except corrupt as exc:

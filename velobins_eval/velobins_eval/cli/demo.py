@@ -51,7 +51,7 @@ def main_demo(argv: list[str] | None = None) -> int:
             raise OptionError("--flights", "must leave at least 2 training flights after validation and test flights")
         if args.model or args.data != DEMO_DATA:
             raise OptionError("--simulated", "trains its own models on simulated flights: drop --model and --data")
-    if args.rate <= 0:
+    if not args.rate > 0:  # NaN too
         raise OptionError("--rate", f"must be > 0, got {args.rate}")
     if args.simulated:
         models = {}
