@@ -98,9 +98,9 @@ def run_demo(args: argparse.Namespace, out: Path, models: dict) -> int:
     timings["report"] = time.monotonic() - t
     timings["total"] = time.monotonic() - wall0
 
-    def final(path: Path) -> str:  # where a file written here lies once the run is committed into --out
-        path = Path(path)
-        return str(args.out / path.relative_to(out) if path.is_relative_to(out) else path)
+    def final(path: Path | None) -> str:  # where a file written here lies once the run is committed into --out
+        inside = path is not None and Path(path).is_relative_to(out)
+        return str(args.out / Path(path).relative_to(out) if inside else path)
 
     config = {
         "args": {k: str(v) for k, v in vars(args).items()},
