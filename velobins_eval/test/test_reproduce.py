@@ -92,14 +92,13 @@ def test_train_argv_resumes_a_partial_run_and_finished_models_are_detected(tmp_p
     partial = partial_dir(tmp_path, "G-B")
     assert partial == tmp_path / "models" / "G-B.partial"
     partial.mkdir(parents=True)
-    # Files that are no training (a lock file of a killed run) need no flag.
+    # A partial run that cannot be resumed (no last.pt: a lock file of a killed run, a best.pt whose
+    # last.pt save was interrupted) gets no flag: the task removes the folder (reproduce's own) and
+    # the training restarts afresh.
     (partial / ".velobins.lock").write_text("")
-    argv = train_argv(job, smoke, data, tmp_path, "cpu", 1)
-    assert "--resume" not in argv and "--overwrite" not in argv
-    # A partial run that cannot be resumed (no last.pt) is restarted explicitly.
     (partial / "history.json").write_text("[]")
     argv = train_argv(job, smoke, data, tmp_path, "cpu", 1)
-    assert "--overwrite" in argv and "--resume" not in argv
+    assert "--resume" not in argv and "--overwrite" not in argv
     # One that left last.pt is resumed from it: what a requeued job (the same task) does when it starts again.
     (partial / "last.pt").write_bytes(b"")
     task = TrainingTask(job, smoke, data, tmp_path, "cpu", 1)

@@ -6,8 +6,8 @@ scheduler requeues (preemption, time limit: :class:`submitit.helpers.Checkpointa
 same callable) or a reproduction that is run again continues where the files say:
 
 * :class:`TrainingTask` runs ``velobins train`` (in the job's process) in ``<out>/models/<model>.partial``:
-  ``--resume`` from its ``last.pt`` when an interrupted run left one, ``--overwrite`` when it left
-  training files but no ``last.pt``; it appends to ``<out>/logs/<model>.log`` and renames the folder to
+  ``--resume`` from its ``last.pt`` when an interrupted run left one (a partial folder without one is
+  removed: it restarts); it appends to ``<out>/logs/<model>.log`` and renames the folder to
   ``<out>/models/<model>`` when training ends with a ``best.pt``, so a finished model is never redone;
 * :class:`EvaluationTask` scores one unit on one split and writes ``<out>/units/<split>/<unit>.npz``
   (:mod:`.results`); :class:`ImuOnlyTask` does the same for the split's IMU-only baseline, at the
@@ -29,10 +29,11 @@ from pathlib import Path
 
 import submitit
 
+from velobins_common.outputs import remove_path
+
 from .errors import ReproduceError
 from .plan import HEADLINE, LOG_DIR, EvalUnit, Schedule, TrainingJob, is_trained, model_dir, partial_dir
 
-TRAIN_OUTPUTS = ("best.pt", "last.pt", "history.json")
 """Files of a ``velobins train`` run; ``velobins train`` refuses a directory holding one unless told."""
 
 
@@ -50,8 +51,9 @@ def train_argv(job: TrainingJob, schedule: Schedule, data: Data, out: Path, devi
 
     ``--resume <partial>/last.pt`` when an interrupted training left a ``last.pt`` (the plan is the one
     recorded in ``reproduce.json``; ``train`` checks the checkpoint's model config and restores the
-    optimiser and RNG state, so the resumed run is the interrupted one); ``--overwrite`` when it left
-    training files but no ``last.pt`` (it restarts); no flag when the directory holds no training.
+    optimiser and RNG state, and repairs a ``best.pt`` an interrupted save left out of step, so the
+    resumed run is the interrupted one); no flag otherwise (:meth:`TrainingTask.__call__` first removes
+    a partial folder without a ``last.pt``: reproduce's own, killed before its first checkpoint).
     """
     partial = partial_dir(out, job.name)
     argv = ["--dataset", data.dataset, "--data", str(data.train), "--val", str(data.val), *job.args]
@@ -60,8 +62,6 @@ def train_argv(job: TrainingJob, schedule: Schedule, data: Data, out: Path, devi
     argv += ["--threads", str(threads), "--device", device, "--out", str(partial)]
     if (partial / "last.pt").is_file():
         argv += ["--resume", str(partial / "last.pt")]
-    elif any((partial / name).exists() for name in TRAIN_OUTPUTS):
-        argv += ["--overwrite"]
     return argv
 
 
@@ -106,6 +106,9 @@ class TrainingTask(submitit.helpers.Checkpointable):
         if is_trained(self.out, self.job.name):
             return 0.0  # finished by an earlier try of this job
         t0 = time.monotonic()
+        partial = partial_dir(self.out, self.job.name)
+        if partial.exists() and not (partial / "last.pt").is_file():
+            remove_path(partial)  # nothing to resume (killed before its first checkpoint): start afresh
         argv = self.argv()
         with _logged(self.log):
             print(f"$ {shlex.join(['velobins', 'train', *argv])}", flush=True)
