@@ -31,6 +31,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from velobins_common.errors import UserError
+
 from .checkpoint import CheckpointError, read_checkpoint
 from .config import ModelConfig, config_differences
 from .networks import build_model
@@ -111,7 +113,7 @@ def freeze_modules(model: nn.Module, names: Iterable[str], keep_trainable: Itera
     for name in names:
         if not name or name not in modules:
             choices = ", ".join(n for n, _ in model.named_children())
-            raise ValueError(f"--freeze: {name!r} is not a part of this model (choose from {choices} or a dotted path)")
+            raise UserError(f"--freeze: {name!r} is not a part of this model (choose from {choices} or a dotted path)")
         prefix = f"{name}."
         for pname, param in model.named_parameters():
             if pname.startswith(prefix) and pname not in keep:

@@ -28,6 +28,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from velobins_common.errors import UserError
+
 PRECISIONS = ("32", "bf16", "16")
 """``--precision`` values: float32 (the paper), bfloat16 autocast, float16 autocast with loss scaling."""
 
@@ -75,7 +77,7 @@ def resolve_precision(name: str, device: torch.device) -> Precision:
     float16), so a combination this torch build or this device cannot run is refused in one line.
     """
     if name not in PRECISIONS:
-        raise ValueError(f"--precision: must be one of {', '.join(PRECISIONS)}, got {name!r}")
+        raise UserError(f"--precision: must be one of {', '.join(PRECISIONS)}, got {name!r}")
     precision = Precision(name, device.type, _DTYPES[name])
     if precision.dtype is None:
         return precision
@@ -90,7 +92,7 @@ def resolve_precision(name: str, device: torch.device) -> Precision:
         (scaler.scale(loss) if scaler is not None else loss).backward()
     except (RuntimeError, TypeError, ValueError) as exc:
         detail = " ".join(str(exc).split())[:200]
-        raise ValueError(
+        raise UserError(
             f"--precision {name}: not supported on {device.type} by this torch {torch.__version__} ({detail}); "
             "use --precision 32" + (" or bf16" if name == "16" else "")
         ) from None

@@ -29,6 +29,7 @@ from typing import Any
 
 import submitit
 
+from velobins_common.errors import UserError
 from velobins_common.progress import progress_bar
 
 from .errors import ReproduceError
@@ -72,11 +73,11 @@ class SlurmConfig:
     def __post_init__(self) -> None:
         for name in ("time", "cpus_per_task", "array_parallelism"):
             if getattr(self, name) < 1:
-                raise ValueError(f"--slurm-{name.replace('_', '-')}: must be >= 1, got {getattr(self, name)}")
+                raise UserError(f"--slurm-{name.replace('_', '-')}: must be >= 1, got {getattr(self, name)}")
         if self.gpus < 0:
-            raise ValueError(f"--slurm-gpus: must be >= 0, got {self.gpus}")
+            raise UserError(f"--slurm-gpus: must be >= 0, got {self.gpus}")
         if self.mem_gb is not None and not self.mem_gb > 0:
-            raise ValueError(f"--slurm-mem-gb: must be > 0, got {self.mem_gb}")
+            raise UserError(f"--slurm-mem-gb: must be > 0, got {self.mem_gb}")
 
     def parameters(self) -> dict[str, Any]:
         """submitit ``SlurmExecutor.update_parameters`` keywords (sbatch options)."""
@@ -105,11 +106,11 @@ def make_executor(kind: str, folder: Path, slurm: SlurmConfig | None = None) -> 
         executor.update_parameters(timeout_min=LOCAL_TIMEOUT_MIN)
         return executor
     if kind != "slurm":
-        raise ValueError(f"--executor: must be one of {', '.join(EXECUTORS)}, got {kind!r}")
+        raise UserError(f"--executor: must be one of {', '.join(EXECUTORS)}, got {kind!r}")
     try:
         executor = submitit.SlurmExecutor(folder)
     except RuntimeError:
-        raise ValueError(
+        raise UserError(
             "--executor slurm: no 'srun' on this machine; run velobins reproduce where Slurm is installed "
             "(a login node), or use --executor local"
         ) from None
