@@ -202,8 +202,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-o", "--output", type=Path, help="file to write (default: standard output)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --output")
     args = parser.parse_args(argv)
-    if args.output is not None and args.output.exists() and not args.overwrite:
-        print(f"{args.output}: exists; pass --overwrite to replace it", file=sys.stderr)
+    from velobins_common.errors import UserError, one_line
+    from velobins_common.output_files import check_output_file, write_output_file
+
+    try:  # an existing file only with --overwrite; a pipe or /dev/null written directly (issue 24)
+        target = None if args.output is None else check_output_file(args.output, args.overwrite, "--output")
+    except UserError as exc:
+        print(one_line(exc), file=sys.stderr)
         return 2
     if args.kind == "foxglove":
         text = json.dumps(foxglove_layout(args.namespace, args.frame_prefix), indent=2, ensure_ascii=False) + "\n"
@@ -214,10 +219,14 @@ def main(argv: list[str] | None = None) -> int:
 
             shipped = Path(share_dir()) / "rviz" / "velobins.rviz"
         text = rviz_config(shipped.read_text(encoding="utf-8"), args.namespace, args.frame_prefix)
-    if args.output is None:
+    if target is None:
         sys.stdout.write(text)
-    else:
-        args.output.write_text(text, encoding="utf-8")
+        return 0
+    try:
+        write_output_file(target, text)
+    except UserError as exc:  # a full disk: one line naming the file
+        print(one_line(exc), file=sys.stderr)
+        return 2
     return 0
 
 
