@@ -66,10 +66,7 @@ def test_train_refuses_a_directory_holding_a_run(flights, trained, capsys) -> No
 
 
 def test_train_overwrite_replaces_the_whole_run_and_resume_continues(flights, trained, tmp_path) -> None:
-    out = tmp_path / "copy"
-    out.mkdir()
-    for name, data in snapshot(trained).items():
-        (out / name).write_bytes(data)
+    out = shutil.copytree(trained, tmp_path / "copy")  # with its manifest and tensorboard/
     (out / "notes.txt").write_text("mine")  # not the command's: never touched
     (out / "history.json").write_text("[]")
     assert main(train_args(flights, out, "--overwrite", "--epochs", "2")) == 0

@@ -203,7 +203,12 @@ def test_train_overwrite_replaces_the_run_after_its_first_checkpoint(good, tmp_p
     assert seen[0] == before  # the earlier run untouched until the first checkpoint
     assert seen[1]["last.pt"] != before["last.pt"]  # replaced by then
     assert read_checkpoint(out / "last.pt")["epoch"] == 1 and (out / "notes.txt").read_text() == "mine"
-    assert json.loads((out / MANIFEST_NAME).read_text())["files"] == ["best.pt", "history.json", "last.pt"]
+    assert json.loads((out / MANIFEST_NAME).read_text())["files"] == [
+        "best.pt",
+        "history.json",
+        "last.pt",
+        "tensorboard",
+    ]
 
 
 def test_resume_repairs_a_best_pt_lost_between_two_saves(good, tmp_path, capsys) -> None:
