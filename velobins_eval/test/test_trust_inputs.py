@@ -295,3 +295,23 @@ def test_calibrate_refuses_a_fit_at_a_bound_of_its_search(good, tmp_path, capsys
     err = capsys.readouterr().err
     assert "bound of its search" in err and "o.yaml was not written" in err and "Traceback" not in err
     assert not (tmp_path / "o.yaml").exists()
+
+
+def test_calibrate_out_dash_writes_the_overlay_alone_to_stdout(good, tmp_path) -> None:
+    import subprocess
+    import sys
+
+    argv = ["calibrate", "--dataset", "csv", "--data", str(good["flight"]), "--out", "-"]
+    res = subprocess.run(
+        [sys.executable, "-m", "velobins_eval.cli", *argv, "--grid-points", "2", "--max-evals", "4"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
+    if res.returncode == 2 and "bound of its search" in res.stderr:
+        pytest.skip("this short flight pinned the fit to a bound (refused, as it should be)")
+    assert res.returncode == 0, res.stderr
+    assert set(yaml.safe_load(res.stdout)) == {"/**/velobins_ekf"} and res.stdout.startswith("# EKF noise overlay")
+    assert "calibrating on 1 of 1 flight(s)" in res.stderr and "wrote -" in res.stderr
+    assert list(tmp_path.iterdir()) == []  # no file named '-', nothing else written

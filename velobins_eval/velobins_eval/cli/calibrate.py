@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import shlex
 import sys
 from pathlib import Path
@@ -131,13 +132,20 @@ def check_network(args: argparse.Namespace, heldout: list[Flight]):
 
 def main_calibrate(argv: list[str] | None = None) -> int:
     """Entry point of ``velobins calibrate``: options, output and inputs are checked before the fit."""
-    from velobins_common.output_files import write_output_file
-    from velobins_ekf.params import load_filter_config
-
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     check_args(args)
     target = check_out(args.out, args.overwrite)
+    # With --out - the overlay alone goes to stdout; the progress lines and tables go to stderr.
+    with contextlib.redirect_stdout(sys.stderr) if target.descriptor == 1 else contextlib.nullcontext():
+        return _calibrate(args, argv, target)
+
+
+def _calibrate(args: argparse.Namespace, argv: list[str], target) -> int:
+    """The checked command: resolve the model, load, fit, report and write the overlay to ``target``."""
+    from velobins_common.output_files import write_output_file
+    from velobins_ekf.params import load_filter_config
+
     if args.checkpoint is not None:
         from velobins_net.checkpoint import read_checkpoint
         from velobins_net.pretrained import resolve_model
@@ -224,7 +232,7 @@ def main_calibrate(argv: list[str] | None = None) -> int:
         "Command: velobins calibrate " + shlex.join(argv),
     ]
     write_output_file(target, overlay_text(header, fitted, scale))
-    print(f"wrote {args.out}", file=sys.stderr if target.descriptor == 1 else sys.stdout)
+    print(f"wrote {args.out}")
     return 0
 
 
