@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from velobins_common.errors import UserError
 from velobins_common.outputs import atomic_write_text
 from velobins_data.datasets.errors import DatasetError
 
@@ -75,7 +76,7 @@ def write_tum(path: str | Path, t: np.ndarray, p: np.ndarray, q: np.ndarray, com
     """Write a TUM trajectory file atomically (module docstring); ``comment`` lines go first, prefixed ``#``."""
     rows = np.column_stack([np.asarray(t, dtype=np.float64), p, q])
     if not np.all(np.isfinite(rows)):
-        raise ValueError(f"{path}: a TUM trajectory holds finite poses only")
+        raise UserError(f"{path}: a TUM trajectory holds finite poses only")
     head = "".join(f"# {line}\n" for line in comment.splitlines()) + "# " + " ".join(TUM_COLUMNS) + "\n"
     atomic_write_text(path, head + _text(rows) + "\n")
 

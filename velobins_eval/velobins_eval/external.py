@@ -25,6 +25,8 @@ from pathlib import Path
 import numpy as np
 from scipy.spatial.transform import Rotation
 
+from velobins_common.errors import UserError
+
 from .estimates import EstimateError, check_stamps, read_record_csv, read_tum, record_of_trajectory
 from .scoring import FlightRecord, GroundTruth
 
@@ -171,7 +173,7 @@ def clip_to_ground_truth(record: FlightRecord, gt: GroundTruth) -> tuple[FlightR
     """
     keep = (record.t >= gt.t[0]) & (record.t <= gt.t[-1])
     if keep.sum() < 2:
-        raise ValueError(
+        raise UserError(
             f"estimate spans [{record.t[0]:.3f}, {record.t[-1]:.3f}] s, ground truth [{gt.t[0]:.3f}, "
             f"{gt.t[-1]:.3f}] s: fewer than 2 samples in common; are both on the same clock (seconds)?"
         )

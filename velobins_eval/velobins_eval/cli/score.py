@@ -15,6 +15,7 @@ import dataclasses
 import sys
 from pathlib import Path
 
+from velobins_common.errors import UserError
 from velobins_data.dataset_kinds import KINDS
 from velobins_eval.external import ESTIMATE_FORMATS, GROUND_TRUTH_FORMATS
 
@@ -68,10 +69,10 @@ def main_score(argv: list[str] | None = None) -> int:
 
     args = build_parser().parse_args(argv)
     if args.label and len(args.label) != len(args.estimate):
-        raise ValueError(f"--label given {len(args.label)} time(s) for {len(args.estimate)} --estimate: one each")
+        raise UserError(f"--label given {len(args.label)} time(s) for {len(args.estimate)} --estimate: one each")
     labels = args.label or [_default_label(p) for p in args.estimate]
     if len(set(labels)) != len(labels):
-        raise ValueError(f"two estimates share a row name ({', '.join(labels)}); name them with --label")
+        raise UserError(f"two estimates share a row name ({', '.join(labels)}); name them with --label")
     gt = read_ground_truth(args.gt, args.gt_format, tuple(args.allow))
     flight = args.flight or gt.name
     records, sources = {}, {}
