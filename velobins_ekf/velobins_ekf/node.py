@@ -204,10 +204,7 @@ class EkfNode(Node):
         self.config = declare_config(self, EkfNodeConfig(), on_change=self._on_config)
         self.filter_config = declare_config(self, EkfConfig(), prefix="filter.", on_change=self._on_filter)
         cfg = self.config
-        # drops during the start-up grace (a first velocity older than the filter's start) are expected: INFO
-        self.drops = DropCounter(
-            self, quiet=lambda: hasattr(self, "health") and self.health.base.diagnostics.starting(time.monotonic())
-        )
+        self.drops = DropCounter(self)
         self.imu_frame = ImuFrame(
             self, self.base_frame, cfg.imu_to_body, self.drops, cfg.imu_frame_timeout, frame_prefix=cfg.frame_prefix
         )

@@ -182,15 +182,11 @@ class DropCounter:
 
     Every drop is counted (visible in the periodic log line and in ``counts``); nothing is dropped
     silently, and the log is throttled so a flood of bad samples cannot flood the console.
-    ``quiet`` (optional) says when drops are expected, e.g. during a node's start-up grace (the
-    network's first estimate may predate the filter's start): they are then logged at INFO, still
-    counted, so a healthy start prints no WARN.
     """
 
-    def __init__(self, node: Node, period: float = 5.0, quiet: Callable[[], bool] | None = None):
+    def __init__(self, node: Node, period: float = 5.0):
         self.node = node
         self.period = period
-        self.quiet = quiet
         self.counts: Counter[str] = Counter()
         self._logged: Counter[str] = Counter()
         self._last = 0.0
@@ -198,12 +194,8 @@ class DropCounter:
     def drop(self, reason: str, detail: str = "") -> None:
         self.counts[reason] += 1
         if self.counts[reason] == 1:
-            self._log(f"dropping input: {reason}{': ' + detail if detail else ''}")
+            self.node.get_logger().warning(f"dropping input: {reason}{': ' + detail if detail else ''}")
         self.maybe_log()
-
-    def _log(self, text: str) -> None:
-        logger = self.node.get_logger()
-        (logger.info if self.quiet is not None and self.quiet() else logger.warning)(text)
 
     def summary(self) -> str:
         """One line with every count so far (logged by the nodes when they stop)."""
@@ -216,7 +208,9 @@ class DropCounter:
         self._last = now
         new = {k: v - self._logged[k] for k, v in self.counts.items() if v != self._logged[k]}
         self._logged = self.counts.copy()
-        self._log(f"dropped since last report: {dict(sorted(new.items()))}; total {sum(self.counts.values())}")
+        self.node.get_logger().warning(
+            f"dropped since last report: {dict(sorted(new.items()))}; total {sum(self.counts.values())}"
+        )
 
 
 CANNOT_START = 2
