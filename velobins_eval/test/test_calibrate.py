@@ -1,7 +1,7 @@
-"""``velobins calibrate``: the maximum-likelihood noise fit on simulated flights of known IMU noise, and the
-command end to end (overlay written and loadable, existing output refused, bad data path).
+"""``velobins calibrate``: the fit (calibrate_fit: objectives, search box widening and refusal) and the command in
+its three modes (synthetic, held-out, cross-fit) end to end on short simulated flights.
 
-Small on purpose (two short simulated flights, a coarse search): the full-size measurements are in
+Small on purpose (15 s simulated flights, tiny networks, coarse searches): the full-size measurements are in
 docs/calibrate.md.
 """
 
@@ -22,6 +22,13 @@ from velobins_ekf.config import EkfConfig
 from velobins_ekf.params import load_filter_config
 from velobins_eval.calibrate import overlay_text, spread, yaml_float
 from velobins_eval.calibrate_fit import (
+    EDGE_DECADES,
+    GRID_LOG10,
+    SCALE,
+    SCALE_LIMITS,
+    CalibrationRefused,
+    Objective,
+    Point,
     consistency,
     fit_noise,
     innovation_nll,
@@ -46,18 +53,29 @@ def flights():
     return [synthetic_measurements(s, 0.05, rng) for s in seqs]
 
 
-def test_fit_lands_near_the_simulated_noise_and_fixes_consistency(flights):
+@pytest.mark.parametrize("kind", ["innovation", "posterior"])
+def test_fit_lands_near_the_simulated_noise_and_fixes_consistency(flights, kind):
+    """With white measurement noise of the stated σ both objectives recover the simulator's IMU noise."""
     truth = get_preset("nano").imu
     bad = dataclasses.replace(EkfConfig(), acc_noise_density=5e-4, gyro_noise_density=5e-5)  # 20x too confident
-    fit = fit_noise(flights, bad, grid_points=3, max_evals=25, progress=False)
-    acc, gyro = fit.config.acc_noise_density, fit.config.gyro_noise_density
+    fit = fit_noise(Objective(flights, kind), Point(bad, 1.0), grid_points=3, max_evals=20, progress=False)
+    acc, gyro = fit.point.config.acc_noise_density, fit.point.config.gyro_noise_density
     assert truth.acc_density / FACTOR < acc < truth.acc_density * FACTOR, acc
     assert truth.gyro_density / FACTOR < gyro < truth.gyro_density * FACTOR, gyro
     assert fit.objective < fit.start_objective
-    before, after = consistency(flights, bad), consistency(flights, fit.config)
+    before, after = consistency(flights, bad), consistency(flights, fit.point.config)
     assert after["nees_in_bounds"] > before["nees_in_bounds"] + 0.2, (before, after)
     assert after["nees_in_bounds"] > 0.8
     assert 1.0 < after["nees_median"] < 4.0
+
+
+def test_posterior_objective_recovers_the_measurement_scale(flights):
+    """Measurements whose stated variance is 4x too small: the posterior fit of s lands near 4 (densities fixed)."""
+    wrong = [dataclasses.replace(cf, var=cf.var / 4.0) for cf in flights]
+    truth = get_preset("nano").imu
+    cfg = dataclasses.replace(EkfConfig(), acc_noise_density=truth.acc_density, gyro_noise_density=truth.gyro_density)
+    fit = fit_noise(Objective(wrong, "posterior"), Point(cfg, 1.0), [SCALE], max_evals=30, progress=False)
+    assert 2.0 < fit.values[SCALE] < 8.0, fit.values
 
 
 def test_innovation_nll_is_the_gaussian_density():
@@ -85,6 +103,45 @@ def test_variance_scale_is_the_closed_form_maximum():
     assert variance_scale(err, var) == pytest.approx(4.0, rel=0.05)
 
 
+def test_scale_limits_are_the_predictors():
+    from velobins_common.fields import param_spec
+    from velobins_net.inference import PredictorConfig
+
+    spec = param_spec(next(f for f in dataclasses.fields(PredictorConfig) if f.name == SCALE))
+    assert (spec.min, spec.max) == SCALE_LIMITS
+
+
+class Bowl:
+    """A quadratic bowl in log₁₀(acc), log₁₀(gyro): a known objective to test the search itself."""
+
+    def __init__(self, acc: float, gyro: float):
+        self.centre = np.log10([acc, gyro])
+        self.evaluations = 0
+
+    def __call__(self, point: Point) -> float:
+        self.evaluations += 1
+        x = np.log10([point.config.acc_noise_density, point.config.gyro_noise_density])
+        return float(np.sum((x - self.centre) ** 2))
+
+
+def test_fit_beyond_the_first_box_widens_the_search_and_says_so():
+    lines: list[str] = []
+    lo = 10 ** GRID_LOG10["acc_noise_density"][0]
+    fit = fit_noise(Bowl(lo / 20.0, 1e-3), Point(EkfConfig(), 1.0), grid_points=3, progress=False, log=lines.append)
+    assert fit.values["acc_noise_density"] == pytest.approx(lo / 20.0, rel=0.05)
+    assert fit.values["gyro_noise_density"] == pytest.approx(1e-3, rel=0.05)
+    assert fit.widened and "acc_noise_density" in fit.widened[0] and "lower edge" in fit.widened[0]
+    assert fit.widened[0] in lines
+    assert fit.boxes["acc_noise_density"][0] < GRID_LOG10["acc_noise_density"][0]
+
+
+def test_fit_at_a_hard_limit_is_refused():
+    # the bowl's centre lies below acc_noise_density's ParamSpec minimum (1e-6): the fit runs into it
+    with pytest.raises(CalibrationRefused, match="acc_noise_density ran to its lower limit"):
+        fit_noise(Bowl(1e-8, 1e-3), Point(EkfConfig(), 1.0), grid_points=1, max_evals=200, progress=False)
+    assert EDGE_DECADES < 0.1
+
+
 def test_overlay_floats_and_subset():
     assert yaml_float(1e-5) == "1.0e-05" and yaml_float(0.1) == "0.1" and yaml_float(2.0) == "2.0"
     text = overlay_text(["head"], {"acc_noise_density": 1e-5}, 2.5)
@@ -100,19 +157,23 @@ def data_dir(tmp_path_factory, flights) -> Path:
     return out
 
 
-def test_cli_end_to_end(data_dir, tmp_path, capsys):
+FAST = ["--grid-points", "1", "--max-evals", "4"]
+
+
+def test_cli_synthetic_end_to_end(data_dir, tmp_path, capsys):
     out = tmp_path / "sub" / "overlay.yaml"
     argv = ["calibrate", "--dataset", "csv", "--data", str(data_dir), "--out", str(out)]
-    fast = ["--grid-points", "1", "--max-evals", "4"]
-    assert cli_main(argv + fast) == 0
+    assert cli_main(argv + FAST) == 0
     cfg = load_filter_config([out])
     assert math.isfinite(cfg.acc_noise_density) and cfg.acc_noise_density > 0
     text = out.read_text()
     assert "/**/velobins_ekf:" in text and "Command: velobins calibrate" in text and "NEES" in text
+    assert "velobins_net" not in text  # no network, no variance scale
     printed = capsys.readouterr().out
-    assert "before (defaults)" in printed and "after (fitted)" in printed
+    assert "| before |" in printed and "| after (fitted) |" in printed
+    assert "uncertainty of the fit" in printed and "acc_noise_density" in printed and "calibrate took" in printed
 
-    assert cli_main(argv + fast) == 2  # existing output refused without --overwrite
+    assert cli_main(argv + FAST) == 2  # existing output refused without --overwrite
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and str(out) in err[0] and "--overwrite" in err[0]
     assert out.read_text() == text
@@ -124,78 +185,22 @@ def test_cli_end_to_end(data_dir, tmp_path, capsys):
     assert not (tmp_path / "o.yaml").exists()
 
 
-def test_cli_option_errors(data_dir, tmp_path, capsys):
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--checkpoint", "x.pt"], "--checkpoint needs --heldout"),
+        (["--fit", "gravity"], "--fit"),
+        (["--fit", SCALE], "needs network estimates"),
+        (["--checkpoint", "x.pt", "--heldout", "h"], "--heldout and --data"),
+        (["--heldout", "h", "--cross-fit", "2"], "--heldout and --cross-fit"),
+        (["--cross-fit", "1"], "--cross-fit must be >= 2"),
+        (["--cross-fit", "2", "--fold-minutes", "0"], "--fold-minutes"),
+        (["--folds-dir", "f"], "--cross-fit only"),
+        (["--workers", "0"], "--workers"),
+    ],
+)
+def test_cli_option_errors(data_dir, tmp_path, extra, message):
     base = ["--dataset", "csv", "--data", str(data_dir), "--out", str(tmp_path / "o.yaml")]
-    with pytest.raises(OptionError, match="--checkpoint/--heldout: go together"):
-        main_calibrate([*base, "--checkpoint", "x.pt"])
-    with pytest.raises(OptionError, match="--fit"):
-        main_calibrate([*base, "--fit", "gravity"])
-
-
-@pytest.fixture(scope="module")
-def tiny_checkpoint(tmp_path_factory, data_dir) -> Path:
-    """A one-epoch checkpoint trained on the calibration flight (enough to exercise the variance scale)."""
-    run = tmp_path_factory.mktemp("calib_run") / "run"
-    tiny = ["--epochs", "1", "--stride", "25", "--val-stride", "25", "--bins", "32", "--batch-size", "64"]
-    args = [
-        "train",
-        "--dataset",
-        "csv",
-        "--data",
-        str(data_dir),
-        "--val",
-        str(data_dir),
-        *tiny,
-        "--no-progress",
-        "--out",
-        str(run),
-    ]
-    assert cli_main(args) == 0
-    return run / "best.pt"
-
-
-def test_cli_network_variance_scale(data_dir, tiny_checkpoint, flights, tmp_path, capsys):
-    from velobins_eval.calibrate import predictor_has_variance_scale
-
-    heldout = tmp_path / "heldout"
-    heldout.mkdir()
-    write_csv(flights[1].flight, heldout / "other.csv")
-    out = tmp_path / "overlay.yaml"
-    base = ["calibrate", "--dataset", "csv", "--data", str(data_dir), "--grid-points", "1", "--max-evals", "2"]
-    net = ["--checkpoint", str(tiny_checkpoint)]
-    assert cli_main([*base, *net, "--heldout", str(data_dir), "--out", str(out)]) == 2  # training flights refused
-    assert "also in --data" in capsys.readouterr().err and not out.exists()
-
-    assert cli_main([*base, *net, "--heldout", str(heldout), "--out", str(out)]) == 0
-    printed = capsys.readouterr().out
-    assert "unscaled (paper)" in printed and "| scaled |" in printed
-    text = out.read_text()
-    load_filter_config([out])
-    if predictor_has_variance_scale():
-        from velobins_net.inference import load_predictor_config
-
-        assert load_predictor_config([out]).variance_scale > 0
-    else:
-        assert "variance_scale" not in text and "variance_scale not written" in printed
-
-
-def test_cli_shipped_model_brings_its_overlay(tmp_path, capsys):
-    """``--checkpoint crazyflie`` resolves the name and starts from the model's overlay unless --params is given."""
-    from velobins_eval.demo import DEMO_DATA
-    from velobins_net.pretrained import resolve_model
-
-    overlay = resolve_model("crazyflie").overlay
-    out = tmp_path / "overlay.yaml"
-    base = ["calibrate", "--dataset", "nanobench", "--data", str(DEMO_DATA / "B2_circle_fast_rep1.csv.gz")]
-    base += ["--heldout", str(DEMO_DATA / "B3_figure8_medium_rep1.csv.gz"), "--checkpoint", "crazyflie"]
-    base += ["--grid-points", "1", "--max-evals", "1"]
-    assert cli_main([*base, "--out", str(out)]) == 0
-    printed = capsys.readouterr().out
-    assert f"parameters: {overlay}" in printed and "| before (crazyflie.yaml) |" in printed
-    assert "| before (crazyflie.yaml) | 0.07009 | 0.03634 |" in out.read_text().replace("# ", "")  # its densities
-
-    defaults = tmp_path / "defaults.yaml"
-    defaults.write_text("/**/velobins_ekf:\n  ros__parameters:\n    filter:\n      acc_noise_density: 0.02\n")
-    assert cli_main([*base, "--params", str(defaults), "--out", str(tmp_path / "o2.yaml")]) == 0
-    printed = capsys.readouterr().out
-    assert "parameters:" not in printed and "| before (defaults.yaml) | 0.02 |" in printed
+    with pytest.raises(ValueError, match=message):
+        main_calibrate([*base, *extra])
+    assert not (tmp_path / "o.yaml").exists()

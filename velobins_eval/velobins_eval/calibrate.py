@@ -1,33 +1,33 @@
-"""``velobins calibrate``: fit the EKF noise of a vehicle from its flights and write a parameter overlay.
+"""``velobins calibrate``: fit the filter noise and the network's variance scale of a vehicle; write an overlay.
 
-The filter's IMU noise densities decide how far it trusts the IMU against the network's velocity;
-with generic values a noisy airframe (NanoBench's Crazyflie) gives an over-confident filter that
-fusion makes *worse* than the network alone. ``config/nanobench.yaml`` was found by a hand grid
-search (docs/results/nanobench_cpu.md); this command is that procedure made principled and
-repeatable:
+The filter's IMU noise densities decide how far it trusts the IMU against the network's velocity,
+and the network variance scale s (R = s·σ̂², the predictor's ``variance_scale``) how far it trusts
+the network. Both must describe the *real* measurement process: the network's own errors on
+flights it was not trained on, which are larger than on its training flights and correlated in
+time. Three sources of measurements (:func:`mode_of`):
 
-1. each training flight gets synthetic velocity measurements: ground-truth body velocity at the
-   network's 20 Hz plus seeded N(0, σ²) noise (``--meas-sigma``, default 0.15 m/s as the hand
-   search), with σ² handed to the filter, so the measurement model is exact by construction;
-2. the filter (started from ground truth) is run for candidate noise values and the Gaussian
-   log-likelihood of its velocity innovations is maximised (coarse log₁₀ grid, then Nelder–Mead):
-   :mod:`velobins_eval.calibrate_fit`, whose docstring gives the objective and why;
-3. the fused AVE, median NEES and NEES share in the χ²(3) 95 % bounds before (defaults or
-   ``--params``) and after are printed and written, with the method and the command, as comments
-   of the overlay YAML (``/**/velobins_ekf: ros__parameters: filter:``), which ``drone.launch.py
-   params_file:=...``, the node and ``velobins evaluate --params`` read alike.
+* ``heldout`` (``--checkpoint CKPT --heldout FLIGHTS``): the checkpoint's estimates on flights it
+  never trained on (:mod:`velobins_eval.calibrate_measure`);
+* ``cross-fit`` (``--data FLIGHTS --cross-fit K``): short models trained on k − 1 folds predict
+  the k-th, so every flight is predicted by a model that never saw it; the recipe is
+  ``--checkpoint``'s or ``velobins train``'s defaults for ``--variant``;
+* ``synthetic`` (neither): ground truth plus white noise of a known σ, which fits the filter's
+  IMU noise alone (the network is not involved; s is not fitted).
 
-Beyond the paper (which hands the bin variance to the filter unscaled, still the default), with
-``--checkpoint CKPT --heldout PATH`` it also fits one scalar s multiplying the network's variance,
-by maximum likelihood of the network's velocity errors on *held-out* flights (s = mean e²/σ²), and
-writes it as ``velobins_net: predictor: variance_scale`` when the installed predictor has that
-parameter. docs/calibrate.md has the method, its measured results and its limits.
+The fit (:mod:`velobins_eval.calibrate_fit`) minimises a Gaussian negative log-likelihood per
+update in log₁₀ space, widening its search where the fit lands on an edge and refusing a fit at a
+field's limit; its curvature (:mod:`velobins_eval.calibrate_uncertainty`) says how well the
+flights pin each value down. The overlay YAML carries the fitted ``filter.*`` (``velobins_ekf``)
+and ``predictor.variance_scale`` (``velobins_net``) under ``/**/`` keys, with a comment header that
+records the data, the method, the before/after table, the uncertainty and the command.
+docs/calibrate.md has the method, its measured results and its limits.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -35,13 +35,17 @@ import numpy as np
 from velobins_common.errors import printable
 from velobins_data.flight import Flight
 
-from .calibrate_fit import (
-    CalibrationFlight,
-    consistency,
-    variance_scale,
-)
+from .calibrate_fit import SCALE, CalibrationFlight, FitResult, Point, consistency, variance_scale
 
-TABLE_HEADER = "| {} | acc [m/s²/√Hz] | gyro [rad/s/√Hz] | innov. NLL [nats] | AVE [m/s] | NEES median | NEES in 95 % |"
+MODES = ("heldout", "cross-fit", "synthetic")
+"""Where the velocity measurements come from (module docstring)."""
+
+
+def mode_of(args: argparse.Namespace) -> str:
+    """The measurement source the options ask for (:data:`MODES`); both network modes at once is an error."""
+    if args.heldout is not None and args.cross_fit is not None:
+        raise ValueError("--heldout and --cross-fit: give one (held-out flights, or cross-fitting on --data)")
+    return "heldout" if args.heldout is not None else "cross-fit" if args.cross_fit is not None else "synthetic"
 
 
 def spread(items: list, n: int | None) -> list:
@@ -57,14 +61,6 @@ def fmt(x: float, digits: int = 4) -> str:
     return "—" if not np.isfinite(x) else f"{x:.{digits}g}"
 
 
-def table_row(label: str, config, nll: float, stats: dict[str, float]) -> str:
-    """One row of the before/after table."""
-    return (
-        f"| {label} | {fmt(config.acc_noise_density)} | {fmt(config.gyro_noise_density)} | {nll:.4f} | "
-        f"{stats['ave']:.3f} | {stats['nees_median']:.3f} | {100 * stats['nees_in_bounds']:.1f} % |"
-    )
-
-
 def yaml_float(x: float) -> str:
     """``x`` to 4 significant digits as a YAML 1.1 float (a ``.`` in the mantissa: PyYAML reads ``1e-05`` as text)."""
     text = f"{float(x):.4g}"
@@ -75,73 +71,187 @@ def yaml_float(x: float) -> str:
 
 
 def overlay_text(header: list[str], filter_values: dict[str, float], scale: float | None) -> str:
-    """The overlay YAML: comment ``header``, the EKF's fitted ``filter.*``, optionally ``predictor.variance_scale``.
-
-    Each header entry is one comment line with every control character escaped: a flight file named
-    ``x\n/**/velobins_ekf: ...`` must not start a YAML entry that sets a parameter when the overlay is
-    loaded (issue 24). The values are floats written by :func:`yaml_float`, never text.
-    """
-    lines = [f"# {printable(h)}".rstrip() for h in header]
-    lines += ["/**/velobins_ekf:", "  ros__parameters:", "    filter:"]
-    lines += [f"      {name}: {yaml_float(value)}" for name, value in filter_values.items()]
+    """The overlay YAML: comment ``header``, the EKF's fitted ``filter.*``, optionally ``predictor.variance_scale``."""
+    lines = [f"# {h}".rstrip() for h in header]
+    if filter_values:
+        lines += ["/**/velobins_ekf:", "  ros__parameters:", "    filter:"]
+        lines += [f"      {name}: {yaml_float(value)}" for name, value in filter_values.items()]
     if scale is not None:
         lines += ["/**/velobins_net:", "  ros__parameters:", "    predictor:"]
         lines += [f"      variance_scale: {yaml_float(scale)}"]
     return "\n".join(lines) + "\n"
 
 
-def predictor_has_variance_scale() -> bool:
-    """Whether the installed network predictor reads ``predictor.variance_scale`` (written only then)."""
-    from velobins_net.inference import PredictorConfig
+@dataclass
+class Inputs:
+    """Everything ``calibrate`` reads, checked before any training or fitting."""
 
-    return "variance_scale" in {f.name for f in dataclasses.fields(PredictorConfig)}
+    mode: str
+    start: Point
+    """The 'before' filter and variance scale (defaults or ``--params``)."""
+    flights: list[Flight]
+    available: int
+    """Flights loaded from ``path`` (before ``--max-flights``)."""
+    notes: list[str]
+    path: Path
+    model: object = None
+    """Held-out mode: the loaded network."""
+    recipe: object = None
+    """Cross-fit mode: the ``TrainConfig`` of the fold models."""
+    folds: list = field(default_factory=list)
+    """Cross-fit mode: the planned folds (:func:`velobins_eval.calibrate_measure.plan_cross_fit`)."""
+    folds_dir: Path | None = None
+    scratch: object = None
+    """Cross-fit without ``--folds-dir``: the temporary directory of the fold models (removed at exit)."""
+
+    def describe(self) -> str:
+        seconds = sum(f.duration for f in self.flights)
+        return (
+            f"calibrating ({self.mode}) on {len(self.flights)} of {self.available} flight(s) ({seconds:.0f} s): "
+            + ", ".join(f.name for f in self.flights)
+        )
+
+    def check_network(self, args: argparse.Namespace) -> None:
+        """Held-out: the checkpoint loads, fits the flights and never trained on them. Cross-fit: the recipe fits
+        the flights, there are enough of them for the folds, and ``--folds-dir`` holds nothing foreign."""
+        if self.mode == "synthetic":
+            return
+        from velobins_net.checkpoint import read_checkpoint
+        from velobins_net.pretrained import resolve_checkpoint
+
+        from . import calibrate_measure as cm
+
+        ckpt_path = resolve_checkpoint(args.checkpoint) if args.checkpoint is not None else None
+        ckpt = read_checkpoint(ckpt_path) if ckpt_path is not None else None
+        if self.mode == "heldout":
+            from velobins_net.inference import load_checkpoint
+
+            from .evaluate import check_fits
+
+            self.notes += cm.check_heldout(ckpt, ckpt_path, self.flights)
+            self.model = load_checkpoint(ckpt_path)
+            check_fits(self.model, ckpt_path, self.flights)
+            return
+        kinds = {(f.num_rotors, f.rotor_kind) for f in self.flights}
+        if len(kinds) != 1:
+            raise ValueError(f"{self.path}: the flights mix rotor counts/kinds {sorted(kinds)}; calibrate one vehicle")
+        if ckpt is not None:
+            self.recipe = cm.recipe_from_checkpoint(ckpt, ckpt_path)
+            want = (self.recipe.model.num_rotors, self.recipe.model.rotor_kind)
+            if want not in kinds:
+                raise ValueError(
+                    f"{ckpt_path}: its recipe trains {want[0]} rotors of kind '{want[1]}'; the flights of "
+                    f"{self.path} have {sorted(kinds)[0][0]} of kind '{sorted(kinds)[0][1]}'"
+                )
+        else:
+            self.recipe = cm.default_recipe(args.variant or "G+H", self.flights)
+        if args.folds_dir is None:
+            import tempfile
+
+            self.scratch = tempfile.TemporaryDirectory(prefix="velobins-calibrate-folds-")
+            self.folds_dir = Path(self.scratch.name)
+        else:
+            if args.folds_dir.exists() and not args.folds_dir.is_dir():
+                raise ValueError(f"{args.folds_dir}: --folds-dir is a file, not a folder")
+            self.folds_dir = args.folds_dir
+        self.folds = cm.plan_cross_fit(self.flights, args.cross_fit, self.recipe, args.fold_minutes, self.folds_dir)
 
 
-def network_scale(args: argparse.Namespace, heldout: list[Flight], ekf_config) -> tuple[float, list[str]]:
-    """Fit the network variance scale on held-out flights; (s, report lines: NLL and fused figures, s = 1 and s)."""
+def measurements(args: argparse.Namespace, inputs: Inputs, log: Callable[[str], None] = print) -> list:
+    """The :class:`~velobins_eval.calibrate_fit.CalibrationFlight` list of the chosen mode."""
+    from .calibrate_fit import synthetic_measurements
+
+    if inputs.mode == "synthetic":
+        streams = np.random.SeedSequence(args.seed).spawn(len(inputs.flights))
+        return [
+            synthetic_measurements(s, args.meas_sigma, np.random.default_rng(ss))
+            for s, ss in zip(inputs.flights, streams, strict=True)
+        ]
     import torch
 
-    from velobins_common.progress import progress_bar
-    from velobins_net.inference import load_checkpoint, load_predictor_config
+    from velobins_net.inference import load_predictor_config
 
-    from . import metrics
-    from .evaluate import check_fits, predict_flight
+    from . import calibrate_measure as cm
 
     torch.set_num_threads(args.threads)
-    model = load_checkpoint(args.checkpoint)
-    check_fits(model, args.checkpoint, heldout)
     pcfg = load_predictor_config(args.params)
-    if predictor_has_variance_scale():
-        pcfg = dataclasses.replace(pcfg, variance_scale=1.0)  # fit s against the raw network variance
-    preds = []
-    for flight in progress_bar(heldout, desc="network on held-out", unit="flight", enabled=True):
-        t, v, var = predict_flight(model, flight, pcfg)
-        preds.append((flight, t, v, var))
-    err = np.concatenate([v - metrics_gt_body(flight, t) for flight, t, v, _ in preds])
-    var = np.concatenate([p[3] for p in preds])
-    v_all = np.concatenate([p[2] for p in preds])
-    gt_all = v_all - err
-    s = variance_scale(err, var)
-    nll = [metrics.gaussian_nll(v_all, k * var, gt_all) for k in (1.0, s)]
-    lines = [
-        f"network variance scale on {len(heldout)} held-out flight(s) ({args.heldout}), {len(err)} estimates:",
-        "| network variance | s | net NLL [nats] | AVE [m/s] | NEES median | NEES in 95 % |",
-        "|---|---|---|---|---|---|",
-    ]
-    for label, k, n in (("unscaled (paper)", 1.0, nll[0]), ("scaled", s, nll[1])):
-        stats = consistency([CalibrationFlight(flight, t, v, k * vv) for flight, t, v, vv in preds], ekf_config)
-        lines.append(
-            f"| {label} | {k:.4g} | {n:.3f} | {stats['ave']:.3f} | {stats['nees_median']:.3f} | "
+    if inputs.mode == "heldout":
+        return cm.heldout_measurements(inputs.model, inputs.flights, pcfg)
+    return cm.cross_fit_measurements(inputs.flights, inputs.folds, inputs.recipe, args.fold_minutes, pcfg, log)
+
+
+TABLE_HEADER = (
+    "| {} | acc [m/s²/√Hz] | gyro [rad/s/√Hz] | s | objective [nats/update] | AVE [m/s] | NEES median | NEES in 95 % |"
+)
+
+
+def fitted_table(flights: list[CalibrationFlight], start: Point, fit: FitResult) -> list[str]:
+    """The before/after table: fused AVE, NEES median and share in bounds on the calibration flights."""
+    rows = [TABLE_HEADER.format("filter"), "|---|---|---|---|---|---|---|---|"]
+    for label, point, obj in (("before", start, fit.start_objective), ("after (fitted)", fit.point, fit.objective)):
+        stats = consistency(flights, point.config, point.scale)
+        rows.append(
+            f"| {label} | {fmt(point.config.acc_noise_density)} | {fmt(point.config.gyro_noise_density)} | "
+            f"{fmt(point.scale)} | {obj:.4f} | {stats['ave']:.3f} | {stats['nees_median']:.3f} | "
             f"{100 * stats['nees_in_bounds']:.1f} % |"
         )
-    return s, lines
+    return rows
 
 
-def metrics_gt_body(flight: Flight, t: np.ndarray) -> np.ndarray:
-    """Ground-truth body velocity of ``seq`` at stamps ``t``."""
+def network_lines(flights: list[CalibrationFlight], start_scale: float, fit: Point) -> list[str]:
+    """The network alone on the calibration flights: AVE, and its NLL per axis at s = 1, at the s that fits its own
+    errors best (mean e²/σ̂²) and at the fitted s (the filter's: larger when the errors are correlated in time)."""
+    err = np.concatenate([cf.z - body_truth(cf) for cf in flights])
+    var = np.concatenate([cf.var for cf in flights])
+    s_net = variance_scale(err, var)
+
+    def nll(s: float) -> float:
+        return float(np.mean(0.5 * np.log(2.0 * np.pi * s * var) + 0.5 * err**2 / (s * var)))
+
+    ave = float(np.mean(np.linalg.norm(err, axis=1)))
+    return [
+        f"network alone on these flights ({len(err)} estimates): AVE {ave:.3f} m/s; NLL per axis "
+        f"{nll(1.0):.3f} nats at s = 1, {nll(s_net):.3f} at s = {s_net:.3g} (its own errors' best), "
+        f"{nll(fit.scale):.3f} at the fitted s = {fit.scale:.3g}"
+        + (f" (start s = {start_scale:.3g})" if start_scale != 1 else "")
+    ]
+
+
+def body_truth(cf: CalibrationFlight) -> np.ndarray:
+    """Ground-truth body velocity at the measurement stamps."""
     from .scoring import GroundTruth
 
-    return GroundTruth.of(flight).at(t).body_velocity
+    return GroundTruth.of(cf.flight).at(cf.t).body_velocity
+
+
+def overlay_header(
+    args: argparse.Namespace, inputs: Inputs, fit: FitResult, table: list[str], uncertainty: list[str], net: list[str]
+) -> list[str]:
+    """The overlay's comment lines: what it is for, the flights, the method, the figures."""
+    seconds = sum(f.duration for f in inputs.flights)
+    source = {
+        "heldout": f"the estimates of {args.checkpoint} on flights it never trained on",
+        "cross-fit": f"cross-fitting: {args.cross_fit} folds by flight, fold models "
+        f"({inputs.recipe.variant if inputs.recipe else ''}) trained {args.fold_minutes:g} min each on the other folds",
+        "synthetic": f"ground-truth body velocity + N(0, {args.meas_sigma:g}²) at 20 Hz, seed {args.seed}",
+    }[inputs.mode]
+    return [
+        f"Filter noise{' and network variance scale' if SCALE in fit.names else ''} for the vehicle of "
+        f"{inputs.path} (written by velobins calibrate).",
+        "Load after velobins.yaml: drone.launch.py params_file:=<this file>; velobins evaluate --params <this file>.",
+        "",
+        f"Flights: {len(inputs.flights)} of {inputs.available} ({seconds:.0f} s): "
+        + ", ".join(f.name for f in inputs.flights),
+        f"Measurements: {source}.",
+        f"Objective: {args.objective} NLL per update (filter started from ground truth), minimised over "
+        f"{', '.join(fit.names)} in log10 space; {fit.start_objective:.4f} -> {fit.objective:.4f} nats. "
+        "docs/calibrate.md.",
+        "",
+        *table,
+        *fit.widened,
+        *uncertainty,
+        *net,
+    ]
 
 
 def load(args: argparse.Namespace, path: Path) -> tuple[list[Flight], list[str]]:

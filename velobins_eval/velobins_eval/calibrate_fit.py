@@ -1,26 +1,38 @@
-"""The fitting core of ``velobins calibrate``: the EKF's IMU noise by maximum likelihood of its innovations.
+"""The fitting core of ``velobins calibrate``: filter noise and network variance scale by maximum likelihood.
 
-Why this method (docs/calibrate.md): the filter's noise densities decide how far it trusts the IMU
-against the velocity measurements. With measurements whose noise is *known* — ground-truth body
-velocity plus seeded N(0, σ²) noise, σ = ``--meas-sigma`` — every remaining inconsistency of the
-filter comes from its IMU noise model. For a linear-Gaussian state-space model the innovations
-νₖ = zₖ − h(x̂ₖ⁻) are independent N(0, Sₖ), so the exact log-likelihood of all measurements is
+What is fitted (docs/calibrate.md): the EKF's IMU noise densities and, when the velocity
+measurements come from the network, the scale s of the network's variance (R = s·σ̂², the
+predictor's ``variance_scale``), jointly, because they trade against each other: the filter's
+trust in the IMU relative to the network is what they set together.
 
-    −log L = ½ Σₖ (νₖᵀ Sₖ⁻¹ νₖ + log det Sₖ + 3 log 2π)            (innovation form)
+The measurements (:class:`CalibrationFlight`) are either the network's own estimates on flights it
+never saw (:mod:`velobins_eval.calibrate_measure`: a held-out set, or cross-fitting) or, without a
+network, ground truth plus seeded white noise of a known σ (:func:`synthetic_measurements`).
 
-and its maximiser over the noise densities is the maximum-likelihood noise model (for the EKF, to
-first order). Unlike a search on NEES share or median, it uses every update, weighs the
-time-correlation of the errors (a too-small density makes the innovations drift, a too-large one
-makes S too wide) and is smooth in the parameters, so an optimiser refines it. The measurement
-noise is drawn once per flight and reused at every evaluation (common random numbers): the
-objective is a deterministic function of the parameters.
+Two objectives, both a Gaussian negative log-likelihood per update (lower is better):
 
-Search: a coarse grid over the densities in log₁₀ space, then Nelder–Mead from the best grid point
-in log₁₀ space (scale-free steps; every parameter stays positive), inside the parameters' own
-``ParamSpec`` bounds. The filter is :func:`velobins_ekf.offline.run_offline` started from ground
-truth (as :func:`velobins_eval.evaluate.fuse_flight` starts it); the consistency figures of the
-before/after table are :func:`~velobins_eval.evaluate.fuse_flight` scored by
-:func:`velobins_eval.scoring.score`, the numbers ``velobins evaluate`` would print.
+* ``posterior`` (default): the log score of the filter's *fused* velocity against ground truth,
+  ½(eᵀP⁻¹e + log det P + 3 log 2π), e = v̂_fused − v_true, P its covariance after the update.
+  A strictly proper scoring rule: its expectation is smallest for the predictive distribution
+  closest (in KL) to the truth, and along the overall scale of P its stationary point is mean
+  NEES = 3. It judges the output the user relies on, and it stays meaningful when the measurement
+  errors are time-correlated (the network's are: consecutive 20 Hz estimates share most of their
+  1 s window), which the filter's white-noise model does not know.
+* ``innovation``: the classical likelihood of the measurements, ½(νᵀS⁻¹ν + log det S + 3 log 2π)
+  over the innovations ν = z − h(x̂⁻). Exact for a linear-Gaussian model with white measurement
+  noise (then the innovations are independent N(0, S)); it needs no ground truth beyond the start.
+  With correlated measurement errors it mistakes their slow part for motion and trades it into the
+  IMU noise (docs/calibrate.md measures how far).
+
+Search, in log₁₀ space (scale-free steps, every value positive): an optional coarse grid over the
+densities, then Nelder–Mead inside a *search box*. A fit within :data:`EDGE_DECADES` of a box edge
+widens that edge by :data:`WIDEN_DECADES` and refines again (said in the log); a fit at a field's
+hard limit (its ``ParamSpec``) is refused (:class:`CalibrationRefused`): the flights do not
+identify that value. The objective is a deterministic function of the parameters (fixed
+measurements; the synthetic noise is drawn once: common random numbers). The filter is
+:func:`velobins_ekf.offline.run_offline` started from ground truth, as
+:func:`velobins_eval.evaluate.fuse_flight` starts it; the consistency figures are
+:func:`~velobins_eval.evaluate.fuse_flight` scored by :func:`velobins_eval.scoring.score`.
 """
 
 from __future__ import annotations
@@ -38,9 +50,12 @@ from velobins_common.progress import progress_bar
 from velobins_common.stats import gaussian_nll_full
 from velobins_data.flight import Flight
 
+from .calibrate_pool import FlightPool
 from .scoring import GroundTruth, aggregate, score
 
-FITTABLE = (
+SCALE = "variance_scale"
+"""The network variance scale s (``velobins_net: predictor: variance_scale``), fittable beside the EKF fields."""
+EKF_FITTABLE = (
     "acc_noise_density",
     "gyro_noise_density",
     "acc_random_walk",
@@ -48,20 +63,41 @@ FITTABLE = (
     "init_sigma_acc_bias",
     "init_sigma_gyro_bias",
 )
-"""EKF noise fields ``calibrate`` can fit (``--fit``)."""
+"""EKF noise fields ``calibrate`` can fit."""
+FITTABLE = (*EKF_FITTABLE, SCALE)
+"""Everything ``--fit`` accepts."""
 DEFAULT_FIT = ("acc_noise_density", "gyro_noise_density")
-"""Fitted by default: the white-noise densities. The random walks barely move the objective; the initial bias
-sigmas do (docs/calibrate.md) and can be added with ``--fit``."""
+"""Fitted by default (with :data:`SCALE` added when the measurements come from a network). The random walks
+barely move the objective; the initial bias sigmas do (docs/calibrate.md) and can be added with ``--fit``."""
+OBJECTIVES = ("posterior", "innovation")
+"""``--objective`` values (module docstring)."""
 GRID_LOG10 = {"acc_noise_density": (-2.5, 0.0), "gyro_noise_density": (-3.5, -1.0)}
-"""log₁₀ range of the coarse grid per density: acc 0.003–1 m/s²/√Hz, gyro 3e-4–0.1 rad/s/√Hz (MEMS in flight,
-vibration included); a fitted field without a range here starts the refinement at its given value."""
+"""log₁₀ range of the first search box (and the coarse grid) per density: acc 0.003–1 m/s²/√Hz, gyro
+3e-4–0.1 rad/s/√Hz (MEMS in flight, vibration included). Other fields start with a box of ±:data:`BOX_DECADES`
+around their start value."""
+BOX_DECADES = 1.5
+"""Half-width [decades] of the first search box of a field without a :data:`GRID_LOG10` range."""
+EDGE_DECADES = 0.02
+"""A fitted value this close to a search-box edge [decades] counts as *at* the edge."""
+WIDEN_DECADES = 1.0
+"""How far a box edge moves the first time the fit lands on it [decades]; each later widening doubles the step
+(1, 2, 4 decades), so three reach any field's limit from its first box."""
+MAX_WIDENINGS = 3
+"""Widenings per fit before a fit still at an edge is refused."""
 MEAS_RATE_HZ = 20.0
 """Rate of the synthetic velocity measurements [Hz]: the network node's update rate."""
+SCALE_LIMITS = (1e-6, 1e6)
+"""Allowed range of s (``PredictorConfig.variance_scale``'s ParamSpec, repeated here so this module imports no torch;
+test_calibrate checks they agree)."""
+
+
+class CalibrationRefused(ValueError):
+    """The fit ran to a hard limit of a field: the flights do not identify it; no overlay is written."""
 
 
 @dataclass
 class CalibrationFlight:
-    """One flight with its synthetic velocity measurements (ground truth + known noise)."""
+    """One flight with velocity measurements: the network's estimates or synthetic ones (ground truth + noise)."""
 
     flight: Flight
     t: np.ndarray
@@ -69,7 +105,12 @@ class CalibrationFlight:
     z: np.ndarray
     """(U, 3) body velocity measurements [m/s]."""
     var: np.ndarray
-    """(U, 3) their variances [m²/s²] (σ², the noise actually drawn)."""
+    """(U, 3) their variances [m²/s²] as the measurement source states them (network: σ̂², unscaled)."""
+    v_true: np.ndarray = field(init=False, repr=False)
+    """(U, 3) ground-truth world velocity at ``t`` (the posterior objective's reference)."""
+
+    def __post_init__(self) -> None:
+        self.v_true = GroundTruth.of(self.flight).at(self.t).v
 
 
 def synthetic_measurements(
@@ -86,65 +127,119 @@ def synthetic_measurements(
     return CalibrationFlight(seq, t, z, np.full_like(z, sigma**2))
 
 
+def gaussian_terms(err: np.ndarray, cov: np.ndarray) -> np.ndarray:
+    """(N,) ½(eᵀΣ⁻¹e + log det Σ + d log 2π) of (N, d) errors with (N, d, d) covariances (inf if Σ is not PD)."""
+    sign, logdet = np.linalg.slogdet(cov)
+    quad = np.einsum("ni,ni->n", err, np.linalg.solve(cov, err[..., None])[..., 0])
+    out = 0.5 * (quad + logdet + err.shape[1] * math.log(2.0 * math.pi))
+    return np.where(sign > 0, out, math.inf)
+
+
 def innovation_nll(updates: Sequence) -> tuple[float, int]:
-    """(Σ ½(νᵀS⁻¹ν + log det S + d log 2π), count) over the accepted updates (``UpdateResult`` records).
-
-    Each term is :func:`velobins_common.stats.gaussian_nll_full` of the innovation (its NIS is νᵀS⁻¹ν)."""
-    total = 0.0
-    count = 0
-    for u in updates:
-        if not u.accepted:
-            continue
-        sign, logdet = np.linalg.slogdet(u.innovation_cov)
-        if sign <= 0:
-            return math.inf, count + 1
-        total += gaussian_nll_full(u.nis, logdet, u.innovation.size)
-        count += 1
-    return total, count
+    """(Σ ½(νᵀS⁻¹ν + log det S + d log 2π), count) over the accepted updates (``UpdateResult`` records)."""
+    ups = [u for u in updates if u.accepted]
+    if not ups:
+        return 0.0, 0
+    terms = gaussian_terms(np.array([u.innovation for u in ups]), np.array([u.innovation_cov for u in ups]))
+    return float(terms.sum()), len(ups)
 
 
-def objective(flights: Sequence[CalibrationFlight], config) -> float:
-    """Mean innovation NLL per update [nats] of the filter ``config`` over ``flights`` (lower is better)."""
+def flight_terms(cf: CalibrationFlight, config, scale: float, kind: str) -> tuple[np.ndarray, np.ndarray]:
+    """(stamps (U,), per-update NLL terms (U,)) of the filter ``config`` on one flight, measurement variance
+    ``scale``·``cf.var``; ``kind`` is an :data:`OBJECTIVES` entry. Only accepted updates count."""
     from velobins_ekf.offline import run_offline
 
     from .evaluate import ground_truth_state
 
-    total, count = 0.0, 0
-    for cf in flights:
-        seq = cf.flight
-        res = run_offline(
-            seq.t,
-            seq.acc,
-            seq.gyro,
-            cf.t,
-            cf.z,
-            cf.var,
-            init_state=ground_truth_state(seq),
-            config=config,
-            output_stride=max(1, len(seq)),
-        )
-        nll, n = innovation_nll(res.updates)
-        total += nll
-        count += n
-    if count == 0:
-        raise UserError("calibrate: the filter applied no velocity update on any flight")
-    return total / count
+    seq = cf.flight
+    res = run_offline(
+        seq.t,
+        seq.acc,
+        seq.gyro,
+        cf.t,
+        cf.z,
+        scale * cf.var,
+        init_state=ground_truth_state(seq),
+        config=config,
+        output_stride=max(1, len(seq)),
+    )
+    ups = [u for u in res.updates if u.accepted]
+    if not ups:
+        return np.empty(0), np.empty(0)
+    stamps = np.array([u.stamp for u in ups])
+    if kind == "innovation":
+        terms = gaussian_terms(np.array([u.innovation for u in ups]), np.array([u.innovation_cov for u in ups]))
+    else:
+        index = np.clip(np.searchsorted(cf.t, stamps), 0, len(cf.t) - 1)
+        err = np.array([u.vel_world for u in ups]) - cf.v_true[index]
+        terms = gaussian_terms(err, np.array([u.vel_world_cov for u in ups]))
+    return stamps, terms
 
 
-def consistency(flights: Sequence[CalibrationFlight], config) -> dict[str, float]:
+@dataclass(frozen=True)
+class Point:
+    """A candidate: the filter config and the network variance scale it is scored with."""
+
+    config: object
+    scale: float
+
+
+class Objective:
+    """Mean NLL per update of a :class:`Point` over the flights (``kind``: an :data:`OBJECTIVES` entry).
+
+    Flights are filtered in ``workers`` processes when > 1 (:class:`~velobins_eval.calibrate_pool.FlightPool`).
+    :meth:`blocks` gives the NLL summed per ``block_s`` of each flight: the units the curvature's robust
+    (sandwich) uncertainty treats as independent (:mod:`velobins_eval.calibrate_uncertainty`).
+    """
+
+    def __init__(self, flights: Sequence[CalibrationFlight], kind: str = "posterior", workers: int = 1):
+        if kind not in OBJECTIVES:
+            raise ValueError(f"--objective must be one of {', '.join(OBJECTIVES)}, got {kind!r}")
+        self.flights = list(flights)
+        self.kind = kind
+        self.pool = FlightPool(self.flights, flight_terms, workers)
+        self.evaluations = 0
+
+    def close(self) -> None:
+        self.pool.close()
+
+    def terms(self, point: Point) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per flight: (stamps, per-update NLL terms)."""
+        self.evaluations += 1
+        return self.pool.map(point.config, point.scale, self.kind)
+
+    def __call__(self, point: Point) -> float:
+        per_flight = self.terms(point)
+        count = sum(len(t) for _, t in per_flight)
+        if count == 0:
+            raise ValueError("calibrate: the filter applied no velocity update on any flight")
+        return float(sum(t.sum() for _, t in per_flight)) / count
+
+    def blocks(self, point: Point, block_s: float) -> np.ndarray:
+        """NLL summed per ``block_s`` seconds of each flight (all blocks of all flights, in order)."""
+        out = []
+        for cf, (stamps, terms) in zip(self.flights, self.terms(point), strict=True):
+            index = ((stamps - cf.flight.t[0]) // block_s).astype(int)
+            out.append(np.bincount(index, weights=terms, minlength=int(cf.flight.duration // block_s) + 1))
+        return np.concatenate(out)
+
+
+def consistency(flights: Sequence[CalibrationFlight], config, scale: float = 1.0) -> dict[str, float]:
     """Fused AVE, median NEES and NEES share in bounds (means over flights, as ``velobins evaluate``)."""
     from .evaluate import fuse_flight
 
     per_flight = {}
     for cf in flights:
-        rec = fuse_flight(cf.flight, cf.t, cf.z, cf.var, "calibrate", config)
+        rec = fuse_flight(cf.flight, cf.t, cf.z, scale * cf.var, "calibrate", config)
         per_flight[cf.flight.name] = score(rec, GroundTruth.of(cf.flight))
     agg = aggregate(per_flight)
     return {k: agg[k] for k in ("ave", "nees_median", "nees_in_bounds")}
 
 
-def log_bounds(name: str) -> tuple[float, float]:
-    """log₁₀ of the ``EkfConfig`` field's allowed (min, max); random walks get a floor of 1e-9 (log of 0)."""
+def log_limits(name: str) -> tuple[float, float]:
+    """log₁₀ of a fittable field's allowed (min, max); random walks get a floor of 1e-9 (log of 0)."""
+    if name == SCALE:
+        return math.log10(SCALE_LIMITS[0]), math.log10(SCALE_LIMITS[1])
     from velobins_ekf.config import EkfConfig
 
     spec = param_spec(next(f for f in dataclasses.fields(EkfConfig) if f.name == name))
@@ -153,22 +248,12 @@ def log_bounds(name: str) -> tuple[float, float]:
     return math.log10(lo), math.log10(hi)
 
 
-@dataclass
-class FitResult:
-    """What :func:`fit_noise` found."""
-
-    config: object
-    """The fitted ``EkfConfig`` (start config with the fitted fields replaced)."""
-    objective: float
-    """Mean innovation NLL per update at the fit [nats]."""
-    start_objective: float
-    """The same at the start config."""
-    names: tuple[str, ...]
-    evaluations: int
-    """Filter runs over all flights (grid + refinement + start)."""
-    grid_best: dict[str, float] = field(default_factory=dict)
-    at_grid_edge: list[str] = field(default_factory=list)
-    """Fields whose best grid value was at the grid's edge (the refinement may go beyond it)."""
+def first_box(name: str, start_log10: float) -> tuple[float, float]:
+    """The first search box of a field [log₁₀]: :data:`GRID_LOG10`, else ±:data:`BOX_DECADES` around the start;
+    widened to hold the start, clipped to the field's limits."""
+    lo, hi = GRID_LOG10.get(name, (start_log10 - BOX_DECADES, start_log10 + BOX_DECADES))
+    lim = log_limits(name)
+    return max(min(lo, start_log10), lim[0]), min(max(hi, start_log10), lim[1])
 
 
 def check_fit_names(names: Sequence[str]) -> tuple[str, ...]:
@@ -180,72 +265,166 @@ def check_fit_names(names: Sequence[str]) -> tuple[str, ...]:
     return out
 
 
+@dataclass
+class FitResult:
+    """What :func:`fit_noise` found."""
+
+    point: Point
+    """The fit: the start config with the fitted fields replaced, and s."""
+    objective: float
+    """Mean NLL per update at the fit [nats]."""
+    start_objective: float
+    """The same at the start."""
+    names: tuple[str, ...]
+    x: np.ndarray
+    """The fit in log₁₀ space (order of ``names``)."""
+    evaluations: int
+    """Filter passes over all flights (start + grid + refinement)."""
+    boxes: dict[str, tuple[float, float]] = field(default_factory=dict)
+    """The final search box per field [log₁₀]."""
+    widened: list[str] = field(default_factory=list)
+    """One line per widening of the search."""
+
+    @property
+    def values(self) -> dict[str, float]:
+        """The fitted values by name."""
+        return {n: float(10.0**v) for n, v in zip(self.names, self.x, strict=True)}
+
+
+def point_at(start: Point, names: Sequence[str], x: np.ndarray) -> Point:
+    """``start`` with the fields ``names`` set to 10**``x``."""
+    values = {n: float(10.0**v) for n, v in zip(names, x, strict=True)}
+    scale = values.pop(SCALE, start.scale)
+    return Point(dataclasses.replace(start.config, **values), scale)
+
+
 def fit_noise(
-    flights: Sequence[CalibrationFlight],
-    start,
+    objective: Objective,
+    start: Point,
     names: Sequence[str] = DEFAULT_FIT,
     grid_points: int = 6,
     max_evals: int = 60,
     progress: bool = True,
     log: Callable[[str], None] | None = None,
 ) -> FitResult:
-    """Maximum-likelihood IMU noise of the EKF: coarse log grid over the densities, then Nelder–Mead.
+    """Minimise ``objective`` over ``names`` in log₁₀ space: coarse grid over the densities, then Nelder–Mead
+    inside the search box, widened where the fit lands on an edge (module docstring).
 
     Args:
-        flights: flights with synthetic measurements (:func:`synthetic_measurements`).
-        start: ``EkfConfig`` to start from (its other fields are kept).
+        objective: the flights and the NLL kind (:class:`Objective`).
+        start: where to start (its other fields are kept); a fitted field must start > 0.
         names: fields to fit (:data:`FITTABLE`).
         grid_points: grid values per density in :data:`GRID_LOG10` (1 skips the grid).
-        max_evals: objective evaluations of the refinement, at most.
+        max_evals: objective evaluations of each refinement, at most.
         progress: progress bar of the grid (terminal only).
         log: receives one line per stage (the command prints them).
-    """
-    from scipy.optimize import minimize
 
+    Raises:
+        CalibrationRefused: a fitted field ran to its hard limit, or was still at a box edge after
+            :data:`MAX_WIDENINGS` widenings.
+    """
     names = check_fit_names(names)
     for n in names:
-        if getattr(start, n) <= 0:
-            raise UserError(f"calibrate: cannot fit {n} from a start value of 0 (set it > 0 in --params)")
+        if (start.scale if n == SCALE else getattr(start.config, n)) <= 0:
+            raise ValueError(f"calibrate: cannot fit {n} from a start value of 0 (set it > 0 in --params)")
     say = log or (lambda _msg: None)
-    evals = 0
+    x0 = np.array([math.log10(start.scale if n == SCALE else getattr(start.config, n)) for n in names])
 
     def value(x: np.ndarray) -> float:
-        nonlocal evals
-        evals += 1
-        cfg = dataclasses.replace(start, **{n: float(10.0**v) for n, v in zip(names, x, strict=True)})
-        return objective(flights, cfg)
+        return objective(point_at(start, names, x))
 
-    x0 = np.array([math.log10(getattr(start, n)) for n in names])
+    evals0 = objective.evaluations
     start_obj = value(x0)
     best_x, best_f = x0.copy(), start_obj
+    boxes = [first_box(n, x0[i]) for i, n in enumerate(names)]
     gridded = [i for i, n in enumerate(names) if n in GRID_LOG10]
-    edges: list[str] = []
     if grid_points > 1 and gridded:
-        axes = [np.linspace(*GRID_LOG10[names[i]], grid_points) for i in gridded]
+        axes = [np.linspace(*boxes[i], grid_points) for i in gridded]
         mesh = np.stack(np.meshgrid(*axes, indexing="ij"), axis=-1).reshape(-1, len(gridded))
-        for point in progress_bar(mesh, enabled=progress, desc="calibrate grid", unit="point"):
+        for p in progress_bar(mesh, enabled=progress, desc="calibrate grid", unit="point"):
             x = x0.copy()
-            x[gridded] = point
+            x[gridded] = p
             f = value(x)
             if f < best_f:
                 best_x, best_f = x, f
-        edges = [names[i] for i, ax in zip(gridded, axes, strict=True) if best_x[i] in (ax[0], ax[-1])]
         grid_desc = ", ".join(f"{names[i]} {10 ** best_x[i]:.4g}" for i in gridded)
         say(f"grid ({mesh.shape[0]} points): best {grid_desc}, objective {best_f:.4f} nats/update")
-    grid_best = {n: float(10 ** best_x[i]) for i, n in enumerate(names)}
-    bounds = [log_bounds(n) for n in names]
-    simplex = np.vstack([best_x] + [best_x + 0.25 * np.eye(len(names))[i] for i in range(len(names))])
+    widened: list[str] = []
+    for rounds in range(MAX_WIDENINGS + 1):
+        best_x, best_f, message = refine(value, best_x, best_f, boxes, max_evals)
+        say(f"refinement: objective {best_f:.4f} nats/update ({message})")
+        edges = at_edges(names, best_x, boxes)
+        if not edges:
+            break
+        for i, side in edges:
+            line = widen(names[i], side, best_x[i], boxes, i, rounds, best_f)
+            widened.append(line)
+            say(line)
+    return FitResult(
+        point_at(start, names, best_x),
+        best_f,
+        start_obj,
+        names,
+        best_x,
+        objective.evaluations - evals0,
+        {n: boxes[i] for i, n in enumerate(names)},
+        widened,
+    )
+
+
+def widen(name: str, side: str, x: float, boxes: list, i: int, rounds: int, objective: float) -> str:
+    """Move the ``side`` edge of ``boxes[i]`` out by :data:`WIDEN_DECADES` · 2^``rounds`` (clipped to the field's
+    limit) and return the line that says so; refuse (:class:`CalibrationRefused`) a fit at the limit itself, or
+    one still at an edge after :data:`MAX_WIDENINGS` widenings."""
+    limit = log_limits(name)[0 if side == "lower" else 1]
+    if abs(x - limit) <= EDGE_DECADES:
+        raise CalibrationRefused(
+            f"calibrate: refused: {name} ran to its {side} limit {10**limit:.3g}: the objective keeps improving "
+            f"toward it ({objective:.4f} nats/update), so these flights do not identify it. Fix it with --params and "
+            "leave it out of --fit, or calibrate on more or other flights"
+        )
+    if rounds >= MAX_WIDENINGS:
+        raise CalibrationRefused(
+            f"calibrate: refused: {name} is still at the {side} edge of its search ({10**x:.3g}) after "
+            f"{MAX_WIDENINGS} widenings"
+        )
+    lo, hi = boxes[i]
+    step = WIDEN_DECADES * 2**rounds
+    boxes[i] = (max(lo - step, limit), hi) if side == "lower" else (lo, min(hi + step, limit))
+    return (
+        f"widening the search: {name} fit {10**x:.4g} at the {side} edge of [{10**lo:.3g}, {10**hi:.3g}]; "
+        f"now [{10 ** boxes[i][0]:.3g}, {10 ** boxes[i][1]:.3g}]"
+    )
+
+
+def refine(value: Callable[[np.ndarray], float], x: np.ndarray, f: float, boxes, max_evals: int):
+    """Nelder–Mead from ``x`` inside ``boxes`` (stops when the simplex spans < 0.01 decade and its values differ by
+    < 1e-4 nats/update); (best x, best value, scipy's message)."""
+    from scipy.optimize import minimize
+
+    n = len(x)
+    steps = [0.25 if x[i] + 0.25 <= boxes[i][1] else -0.25 for i in range(n)]
+    simplex = np.vstack([x] + [x + steps[i] * np.eye(n)[i] for i in range(n)])
     res = minimize(
         value,
-        best_x,
+        x,
         method="Nelder-Mead",
-        bounds=bounds,
-        options={"initial_simplex": simplex, "xatol": 0.005, "fatol": 1e-6, "maxfev": max(1, max_evals)},
+        bounds=boxes,
+        options={"initial_simplex": simplex, "xatol": 0.01, "fatol": 1e-4, "maxfev": max(1, max_evals)},
     )
-    x_fit, f_fit = (res.x, float(res.fun)) if res.fun < best_f else (best_x, best_f)
-    fitted = dataclasses.replace(start, **{n: float(10.0**v) for n, v in zip(names, x_fit, strict=True)})
-    say(f"refinement: {res.nfev} evaluations, objective {f_fit:.4f} nats/update ({res.message})")
-    return FitResult(fitted, f_fit, start_obj, names, evals, grid_best, edges)
+    message = f"{res.nfev} evaluations, {res.message}"
+    return (np.asarray(res.x, dtype=float), float(res.fun), message) if res.fun < f else (x, f, message)
+
+
+def at_edges(names: Sequence[str], x: np.ndarray, boxes) -> list[tuple[int, str]]:
+    """(index, 'lower'/'upper') of every fitted value within :data:`EDGE_DECADES` of its box edge."""
+    out = []
+    for i in range(len(names)):
+        if x[i] - boxes[i][0] <= EDGE_DECADES:
+            out.append((i, "lower"))
+        elif boxes[i][1] - x[i] <= EDGE_DECADES:
+            out.append((i, "upper"))
+    return out
 
 
 BOUND_TOLERANCE_DECADES = 0.01

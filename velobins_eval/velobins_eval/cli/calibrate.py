@@ -1,4 +1,6 @@
-"""``velobins calibrate``: options, checks and the run of the noise fit (the work is :mod:`velobins_eval.calibrate`)."""
+"""``velobins calibrate``: options, checks and the run of the fit (the work is in :mod:`velobins_eval.calibrate`,
+:mod:`~velobins_eval.calibrate_measure`, :mod:`~velobins_eval.calibrate_fit` and
+:mod:`~velobins_eval.calibrate_uncertainty`)."""
 
 from __future__ import annotations
 
@@ -6,29 +8,31 @@ import argparse
 import contextlib
 import shlex
 import sys
+import time
 from pathlib import Path
 
-import numpy as np
-
-from velobins_common.errors import OptionError, UserError
-from velobins_data.flight import Flight
 from velobins_eval.calibrate import (
-    TABLE_HEADER,
+    Inputs,
+    fitted_table,
     load,
-    network_scale,
+    measurements,
+    mode_of,
+    network_lines,
+    overlay_header,
     overlay_text,
-    predictor_has_variance_scale,
     spread,
-    table_row,
 )
 from velobins_eval.calibrate_fit import (
     DEFAULT_FIT,
     FITTABLE,
-    at_search_bound,
+    OBJECTIVES,
+    SCALE,
+    Objective,
+    Point,
     check_fit_names,
-    consistency,
     fit_noise,
-    synthetic_measurements,
+    log_limits,
+    point_at,
 )
 
 from .options import add_allow_option, add_output_file_option
@@ -40,59 +44,75 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = argparse.ArgumentParser(
         prog="velobins calibrate",
-        description="Fit the EKF's IMU noise of a vehicle from its training flights (maximum likelihood of the "
-        "velocity innovations, measurements = ground truth + known noise) and write a parameter overlay YAML.",
+        description="Fit the EKF's IMU noise and the network's variance scale of a vehicle to the network's own "
+        "estimates on flights it never saw (--heldout with --checkpoint, or --cross-fit K), or the EKF noise alone "
+        "to ground truth plus known noise (neither), and write a parameter overlay YAML. docs/calibrate.md.",
     )
-    p.add_argument("--dataset", required=True, choices=KINDS, help="adapter of --data (and --heldout)")
-    p.add_argument("--data", required=True, type=Path, help="training flights: a flight file or a folder")
-    add_output_file_option(p, "--out", "overlay YAML to write", required=True)
+    p.add_argument("--dataset", required=True, choices=KINDS, help="adapter of --data / --heldout")
+    p.add_argument("--data", type=Path, help="the vehicle's flights (cross-fit and synthetic modes): file or folder")
+    p.add_argument("--out", required=True, type=Path, help="overlay YAML to write")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     p.add_argument(
-        "--params",
-        action="append",
-        type=Path,
-        default=[],
-        help="ROS parameter file(s): the start ('before') filter and the predictor (default: the overlay of a "
-        "shipped --checkpoint, else the defaults)",
+        "--params", action="append", type=Path, default=[], help="ROS parameter file(s): the start ('before') values"
     )
     p.add_argument("--max-flights", type=int, help="use at most N flights, evenly spread over the sorted list")
-    p.add_argument("--meas-sigma", type=float, default=0.15, help="std of the synthetic measurement noise [m/s]")
-    p.add_argument("--seed", type=int, default=0, help="seed of the synthetic measurement noise")
-    p.add_argument(
+    net = p.add_argument_group("measurements from the network (the calibration of the real measurement process)")
+    net.add_argument("--checkpoint", help="network checkpoint (file or shipped name): held-out mode, or the recipe")
+    net.add_argument("--heldout", type=Path, help="held-out mode: flights --checkpoint never trained on")
+    net.add_argument("--cross-fit", type=int, metavar="K", help="cross-fit mode: K folds of --data by flight")
+    net.add_argument("--fold-minutes", type=float, default=2.0, help="cross-fit: training budget per fold model [min]")
+    net.add_argument("--variant", help="cross-fit without --checkpoint: the variant to train (default G+H)")
+    net.add_argument("--folds-dir", type=Path, help="cross-fit: keep the fold models here (a rerun reuses them)")
+    net.add_argument("--threads", type=int, default=1, help="torch threads (network and fold training)")
+    syn = p.add_argument_group("synthetic measurements (neither --heldout nor --cross-fit: the filter noise alone)")
+    syn.add_argument("--meas-sigma", type=float, default=0.15, help="std of the synthetic measurement noise [m/s]")
+    syn.add_argument("--seed", type=int, default=0, help="seed of the synthetic measurement noise")
+    fit = p.add_argument_group("the fit")
+    fit.add_argument("--objective", choices=OBJECTIVES, default="posterior", help="negative log-likelihood to minimise")
+    fit.add_argument(
         "--fit",
-        default=",".join(DEFAULT_FIT),
-        help=f"comma-separated filter fields to fit, of {', '.join(FITTABLE)} (default: the two densities)",
+        help=f"comma-separated fields to fit, of {', '.join(FITTABLE)} (default: the two densities, plus "
+        f"{SCALE} when the measurements come from a network)",
     )
-    p.add_argument("--grid-points", type=int, default=6, help="coarse grid values per density (1: no grid)")
-    p.add_argument("--max-evals", type=int, default=60, help="filter evaluations of the refinement, at most")
-    p.add_argument(
-        "--checkpoint",
-        type=Path,
-        help="network checkpoint or shipped model name (crazyflie: brings its overlay unless --params is given): "
-        "also fit its variance scale on --heldout",
-    )
-    p.add_argument("--heldout", type=Path, help="held-out flights (never the training ones) for the variance scale")
-    p.add_argument("--threads", type=int, default=1, help="torch threads (--checkpoint)")
+    fit.add_argument("--grid-points", type=int, default=4, help="coarse grid values per density (1: no grid)")
+    fit.add_argument("--max-evals", type=int, default=60, help="filter passes per refinement, at most")
+    fit.add_argument("--workers", type=int, default=1, help="processes that run the filter over the flights")
     add_allow_option(p, "use flights that fail this plausibility check")
     return p
 
 
 def check_args(args: argparse.Namespace) -> None:
-    """Option errors a user can fix, before any work (``OptionError``: exit 2)."""
-    if (args.checkpoint is None) != (args.heldout is None):
-        raise OptionError("--checkpoint/--heldout", "go together (the variance scale is fitted on held-out flights)")
+    """Option errors a user can fix, before any work (``ValueError``: exit 2)."""
+    mode = mode_of(args)
+    if mode == "heldout":
+        if args.checkpoint is None:
+            raise ValueError("--heldout needs --checkpoint (the network whose estimates are calibrated)")
+        if args.data is not None:
+            raise ValueError("--heldout and --data: give one (held-out mode calibrates on the --heldout flights)")
+    elif args.data is None:
+        raise ValueError("--data is required (or --checkpoint CKPT --heldout FLIGHTS)")
+    if mode == "cross-fit":
+        if args.cross_fit < 2:
+            raise ValueError(f"--cross-fit must be >= 2 folds, got {args.cross_fit}")
+        if not 0 < args.fold_minutes <= 24 * 60:
+            raise ValueError(f"--fold-minutes must be in (0, 1440], got {args.fold_minutes}")
+        if args.checkpoint is not None and args.variant is not None:
+            raise ValueError("--variant and --checkpoint: give one (the fold models use the checkpoint's recipe)")
+    elif args.folds_dir is not None or args.variant is not None:
+        raise ValueError("--folds-dir and --variant apply to --cross-fit only")
+    if mode == "synthetic":
+        if args.checkpoint is not None:
+            raise ValueError("--checkpoint needs --heldout (held-out mode) or --cross-fit K (its recipe)")
+        if not args.meas_sigma > 0:
+            raise ValueError(f"--meas-sigma must be > 0 m/s, got {args.meas_sigma}")
     if args.max_flights is not None and args.max_flights < 1:
-        raise OptionError("--max-flights", f"must be >= 1, got {args.max_flights}")
-    if not (args.meas_sigma > 0 and np.isfinite(args.meas_sigma)):
-        raise OptionError("--meas-sigma", f"must be a finite number > 0 m/s, got {args.meas_sigma}")
-    for flag, value in (
-        ("--grid-points", args.grid_points),
-        ("--max-evals", args.max_evals),
-        ("--threads", args.threads),
-    ):
-        if value < 1:
-            raise OptionError(flag, f"must be >= 1, got {value}")
-    args.fit = check_fit_names(args.fit.split(","))
+        raise ValueError(f"--max-flights must be >= 1, got {args.max_flights}")
+    if min(args.grid_points, args.max_evals, args.threads, args.workers) < 1:
+        raise ValueError("--grid-points, --max-evals, --threads and --workers must be >= 1")
+    default = (*DEFAULT_FIT, SCALE) if mode != "synthetic" else DEFAULT_FIT
+    args.fit = check_fit_names(args.fit.split(",")) if args.fit is not None else default
+    if mode == "synthetic" and SCALE in args.fit:
+        raise ValueError(f"--fit {SCALE}: the network variance scale needs network estimates (--heldout / --cross-fit)")
 
 
 def check_out(path: Path, overwrite: bool):
@@ -130,108 +150,60 @@ def check_network(args: argparse.Namespace, heldout: list[Flight]):
     load_predictor_config(args.params)  # a bad predictor entry of --params fails now, not after the fit
 
 
+def gather(args: argparse.Namespace) -> Inputs:
+    """Every input read and checked before any training or fitting: parameter files, checkpoint, flights."""
+    from velobins_ekf.params import load_filter_config
+    from velobins_net.inference import load_predictor_config
+
+    mode = mode_of(args)
+    start = Point(load_filter_config(args.params), load_predictor_config(args.params).variance_scale)
+    path = args.heldout if mode == "heldout" else args.data
+    all_flights, skipped = load(args, path)
+    flights = spread(all_flights, args.max_flights)
+    inputs = Inputs(mode, start, flights, len(all_flights), skipped, path)
+    inputs.check_network(args)
+    return inputs
+
+
 def main_calibrate(argv: list[str] | None = None) -> int:
-    """Entry point of ``velobins calibrate``: options, output and inputs are checked before the fit."""
+    """Entry point of ``velobins calibrate``: options, output and every input are checked before the fit."""
+    from velobins_common.outputs import atomic_write_text
+    from velobins_eval.calibrate_uncertainty import BLOCK_S, curvature
+
+    wall0, cpu0 = time.perf_counter(), time.process_time()
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     check_args(args)
-    target = check_out(args.out, args.overwrite)
-    # With --out - the overlay alone goes to stdout; the progress lines and tables go to stderr.
-    with contextlib.redirect_stdout(sys.stderr) if target.descriptor == 1 else contextlib.nullcontext():
-        return _calibrate(args, argv, target)
-
-
-def _calibrate(args: argparse.Namespace, argv: list[str], target) -> int:
-    """The checked command: resolve the model, load, fit, report and write the overlay to ``target``."""
-    from velobins_common.output_files import write_output_file
-    from velobins_ekf.params import load_filter_config
-
-    if args.checkpoint is not None:
-        from velobins_net.checkpoint import read_checkpoint
-        from velobins_net.pretrained import resolve_model
-
-        resolved = resolve_model(args.checkpoint)  # a shipped name (crazyflie) or a path
-        args.checkpoint = resolved.checkpoint
-        read_checkpoint(args.checkpoint)  # a missing or foreign checkpoint fails before any work
-        if not args.params and resolved.overlay is not None:
-            args.params = [resolved.overlay]  # the shipped model's own filter and predictor, unless --params
-            print(f"parameters: {resolved.overlay} (the overlay of the shipped model; --params overrides it)")
-    start = load_filter_config(args.params)
-    all_seqs, skipped = load(args, args.data)
-    seqs = spread(all_seqs, args.max_flights)
-    heldout: list[Flight] = []
-    if args.heldout is not None:
-        heldout, skipped_h = load(args, args.heldout)
-        skipped += skipped_h
-        train_names = {s.name for s in all_seqs}
-        shared = sorted(s.name for s in heldout if s.name in train_names)
-        if shared:
-            raise UserError(f"{args.heldout}: flight(s) {', '.join(shared)} are also in --data; hold them out")
-        check_network(args, heldout)
-    for line in skipped:
+    check_out(args.out, args.overwrite)
+    inputs = gather(args)
+    for line in inputs.notes:
         print(line, file=sys.stderr)
-    seconds = sum(s.duration for s in seqs)
-    print(
-        f"calibrating on {len(seqs)} of {len(all_seqs)} flight(s) ({seconds:.0f} s): {', '.join(s.name for s in seqs)}"
-    )
+    print(inputs.describe())
 
-    streams = np.random.SeedSequence(args.seed).spawn(len(seqs))
-    flights = [
-        synthetic_measurements(s, args.meas_sigma, np.random.default_rng(ss))
-        for s, ss in zip(seqs, streams, strict=True)
-    ]
-    fit = fit_noise(flights, start, args.fit, args.grid_points, args.max_evals, progress=True, log=print)
-    pinned = at_search_bound(fit)
-    if pinned:
-        shown = ", ".join(f"{n} {v:.3g} (bound {b:.3g})" for n, (v, b) in pinned.items())
-        raise UserError(
-            f"{args.data}: the fit ended at a bound of its search: {shown}; the flights do not determine it "
-            f"(a frozen or noise-free IMU? too little flight?); {args.out} was not written"
+    flights = measurements(args, inputs, log=print)
+    objective = Objective(flights, args.objective, args.workers)
+    try:
+        fit = fit_noise(objective, inputs.start, args.fit, args.grid_points, args.max_evals, progress=True, log=print)
+        limits = [log_limits(n) for n in fit.names]
+        curv = curvature(
+            lambda x: objective.blocks(point_at(inputs.start, fit.names, x), BLOCK_S), fit.x, fit.names, limits
         )
-    before, after = consistency(flights, start), consistency(flights, fit.config)
-    table = [
-        TABLE_HEADER.format("filter"),
-        "|---|---|---|---|---|---|---|",
-        table_row(
-            "before" + (f" ({', '.join(p.name for p in args.params)})" if args.params else " (defaults)"),
-            start,
-            fit.start_objective,
-            before,
-        ),
-        table_row("after (fitted)", fit.config, fit.objective, after),
-    ]
-    fitted = {n: getattr(fit.config, n) for n in fit.names}
-    notes = [f"fitted: {', '.join(f'{n} {v:.4g}' for n, v in fitted.items())} ({fit.evaluations} filter runs)"]
-    if fit.at_grid_edge:
-        notes.append(f"note: best grid value of {', '.join(fit.at_grid_edge)} was at the grid's edge")
-    print("\n".join(table + notes))
+    finally:
+        objective.close()
+    table = fitted_table(flights, inputs.start, fit)
+    uncertainty = curv.lines(fit.values)
+    net = network_lines(flights, inputs.start.scale, fit.point) if inputs.mode != "synthetic" else []
+    evaluations = fit.evaluations + curv.evaluations
+    wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+    timing = f"calibrate took {wall:.0f} s ({cpu:.0f} s CPU in this process; {evaluations} filter passes)"
+    print("\n".join(table + fit.widened + uncertainty + net + [timing]))
 
-    scale = None
-    net_lines: list[str] = []
-    if args.checkpoint is not None:
-        s, net_lines = network_scale(args, heldout, fit.config)
-        print("\n".join(net_lines))
-        if predictor_has_variance_scale():
-            scale = s
-        else:
-            print("variance_scale not written: the installed velobins_net predictor has no 'variance_scale' parameter")
-
-    header = [
-        f"EKF noise overlay for the vehicle of {args.data} (written by velobins calibrate).",
-        "Load after velobins.yaml: drone.launch.py params_file:=<this file>; velobins evaluate --params <this file>.",
-        "",
-        f"Flights: {len(seqs)} of {len(all_seqs)} ({seconds:.0f} s): {', '.join(s.name for s in seqs)}",
-        "Method: maximum likelihood of the EKF's velocity innovations (filter started from ground truth;",
-        f"measurements = ground-truth body velocity + N(0, {args.meas_sigma:g}²) noise at 20 Hz, seed {args.seed});",
-        f"coarse log10 grid then Nelder-Mead over {', '.join(fit.names)}. docs/calibrate.md.",
-        f"Objective (mean innovation NLL per update): {fit.start_objective:.4f} -> {fit.objective:.4f} nats.",
-        "",
-        *table,
-        *(["", *net_lines] if net_lines else []),
-        "",
-        "Command: velobins calibrate " + shlex.join(argv),
-    ]
-    write_output_file(target, overlay_text(header, fitted, scale))
+    command = "Command: velobins calibrate " + shlex.join(argv)
+    header = [*overlay_header(args, inputs, fit, table, uncertainty, net), "", command]
+    if args.out.parent != Path(""):
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+    filter_values = {n: v for n, v in fit.values.items() if n != SCALE}
+    atomic_write_text(args.out, overlay_text(header, filter_values, fit.values.get(SCALE)))
     print(f"wrote {args.out}")
     return 0
 
