@@ -198,11 +198,21 @@ def fitted_table(flights: list[CalibrationFlight], start: Point, fit: FitResult)
     return rows
 
 
+def network_errors(flights: list[CalibrationFlight]) -> tuple[np.ndarray, np.ndarray]:
+    """(errors e = z − v_body_true, variances σ̂²), (U, 3) each, over all calibration flights."""
+    err = np.concatenate([cf.z - body_truth(cf) for cf in flights])
+    return err, np.concatenate([cf.var for cf in flights])
+
+
+def own_scale(flights: list[CalibrationFlight]) -> float:
+    """The s that fits the network's own errors best, mean e²/σ̂² (where the search for the filter's s starts)."""
+    return variance_scale(*network_errors(flights))
+
+
 def network_lines(flights: list[CalibrationFlight], start_scale: float, fit: Point) -> list[str]:
     """The network alone on the calibration flights: AVE, and its NLL per axis at s = 1, at the s that fits its own
     errors best (mean e²/σ̂²) and at the fitted s (the filter's: larger when the errors are correlated in time)."""
-    err = np.concatenate([cf.z - body_truth(cf) for cf in flights])
-    var = np.concatenate([cf.var for cf in flights])
+    err, var = network_errors(flights)
     s_net = variance_scale(err, var)
 
     def nll(s: float) -> float:

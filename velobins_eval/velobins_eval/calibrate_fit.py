@@ -291,6 +291,11 @@ class FitResult:
         return {n: float(10.0**v) for n, v in zip(self.names, self.x, strict=True)}
 
 
+def log_values(point: Point, names: Sequence[str]) -> np.ndarray:
+    """log₁₀ of the fields ``names`` of ``point``."""
+    return np.array([math.log10(point.scale if n == SCALE else getattr(point.config, n)) for n in names])
+
+
 def point_at(start: Point, names: Sequence[str], x: np.ndarray) -> Point:
     """``start`` with the fields ``names`` set to 10**``x``."""
     values = {n: float(10.0**v) for n, v in zip(names, x, strict=True)}
@@ -306,18 +311,21 @@ def fit_noise(
     max_evals: int = 60,
     progress: bool = True,
     log: Callable[[str], None] | None = None,
+    initial: Point | None = None,
 ) -> FitResult:
     """Minimise ``objective`` over ``names`` in log₁₀ space: coarse grid over the densities, then Nelder–Mead
     inside the search box, widened where the fit lands on an edge (module docstring).
 
     Args:
         objective: the flights and the NLL kind (:class:`Objective`).
-        start: where to start (its other fields are kept); a fitted field must start > 0.
+        start: the 'before' point (its other fields are kept in the fit); a fitted field must be > 0.
         names: fields to fit (:data:`FITTABLE`).
         grid_points: grid values per density in :data:`GRID_LOG10` (1 skips the grid).
         max_evals: objective evaluations of each refinement, at most.
         progress: progress bar of the grid (terminal only).
         log: receives one line per stage (the command prints them).
+        initial: where the search starts, if not at ``start`` (the command starts s at the value that fits the
+            network's own errors best); the grid's other coordinates and the first box are taken from here.
 
     Raises:
         CalibrationRefused: a fitted field ran to its hard limit, or was still at a box edge after
@@ -328,14 +336,19 @@ def fit_noise(
         if (start.scale if n == SCALE else getattr(start.config, n)) <= 0:
             raise ValueError(f"calibrate: cannot fit {n} from a start value of 0 (set it > 0 in --params)")
     say = log or (lambda _msg: None)
-    x0 = np.array([math.log10(start.scale if n == SCALE else getattr(start.config, n)) for n in names])
+    x_start = log_values(start, names)
 
     def value(x: np.ndarray) -> float:
         return objective(point_at(start, names, x))
 
     evals0 = objective.evaluations
-    start_obj = value(x0)
-    best_x, best_f = x0.copy(), start_obj
+    start_obj = value(x_start)
+    best_x, best_f = x_start, start_obj
+    x0 = x_start if initial is None else log_values(initial, names)
+    if initial is not None:
+        f = value(x0)
+        if f < best_f:
+            best_x, best_f = x0, f
     boxes = [first_box(n, x0[i]) for i, n in enumerate(names)]
     gridded = [i for i, n in enumerate(names) if n in GRID_LOG10]
     if grid_points > 1 and gridded:

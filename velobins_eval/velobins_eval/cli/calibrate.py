@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
+import dataclasses
 import shlex
 import sys
 import time
@@ -20,6 +20,7 @@ from velobins_eval.calibrate import (
     network_lines,
     overlay_header,
     overlay_text,
+    own_scale,
     spread,
 )
 from velobins_eval.calibrate_fit import (
@@ -183,7 +184,13 @@ def main_calibrate(argv: list[str] | None = None) -> int:
     flights = measurements(args, inputs, log=print)
     objective = Objective(flights, args.objective, args.workers)
     try:
-        fit = fit_noise(objective, inputs.start, args.fit, args.grid_points, args.max_evals, progress=True, log=print)
+        initial = None
+        if SCALE in args.fit:  # s starts where it fits the network's own errors best, not at the paper's 1
+            initial = dataclasses.replace(inputs.start, scale=own_scale(flights))
+            print(f"search starts at s = {initial.scale:.4g} (mean e²/σ̂² of the network's estimates)")
+        fit = fit_noise(
+            objective, inputs.start, args.fit, args.grid_points, args.max_evals, True, print, initial=initial
+        )
         limits = [log_limits(n) for n in fit.names]
         curv = curvature(
             lambda x: objective.blocks(point_at(inputs.start, fit.names, x), BLOCK_S), fit.x, fit.names, limits
