@@ -26,6 +26,7 @@ docs/calibrate.md has the method, its measured results and its limits.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,10 +36,26 @@ import numpy as np
 from velobins_common.errors import printable
 from velobins_data.flight import Flight
 
-from .calibrate_fit import SCALE, CalibrationFlight, FitResult, Point, consistency, variance_scale
+from .calibrate_fit import (
+    SCALE,
+    CalibrationFlight,
+    FitResult,
+    Objective,
+    Point,
+    consistency,
+    fit_noise,
+    log_limits,
+    point_at,
+    synthetic_measurements,
+    variance_scale,
+)
+from .calibrate_uncertainty import BLOCK_S, Curvature, curvature
 
 MODES = ("heldout", "cross-fit", "synthetic")
 """Where the velocity measurements come from (module docstring)."""
+IMU_NOISE_SOURCES = ("synthetic", "network")
+"""``--imu-noise``: fit the IMU noise fields to ground truth + white noise of a known σ (the filter's model is then
+exact, so they are the IMU's own noise), or jointly with s to the network's estimates (docs/calibrate.md)."""
 
 
 def mode_of(args: argparse.Namespace) -> str:
@@ -157,16 +174,19 @@ class Inputs:
         self.folds = cm.plan_cross_fit(self.flights, args.cross_fit, self.recipe, args.fold_minutes, self.folds_dir)
 
 
+def synthetic(args: argparse.Namespace, flights: list[Flight]) -> list[CalibrationFlight]:
+    """Ground truth + seeded N(0, ``--meas-sigma``²) measurements of every flight (one stream per flight)."""
+    streams = np.random.SeedSequence(args.seed).spawn(len(flights))
+    return [
+        synthetic_measurements(s, args.meas_sigma, np.random.default_rng(ss))
+        for s, ss in zip(flights, streams, strict=True)
+    ]
+
+
 def measurements(args: argparse.Namespace, inputs: Inputs, log: Callable[[str], None] = print) -> list:
     """The :class:`~velobins_eval.calibrate_fit.CalibrationFlight` list of the chosen mode."""
-    from .calibrate_fit import synthetic_measurements
-
     if inputs.mode == "synthetic":
-        streams = np.random.SeedSequence(args.seed).spawn(len(inputs.flights))
-        return [
-            synthetic_measurements(s, args.meas_sigma, np.random.default_rng(ss))
-            for s, ss in zip(inputs.flights, streams, strict=True)
-        ]
+        return synthetic(args, inputs.flights)
     import torch
 
     from velobins_net.inference import load_predictor_config
@@ -180,21 +200,94 @@ def measurements(args: argparse.Namespace, inputs: Inputs, log: Callable[[str], 
     return cm.cross_fit_measurements(inputs.flights, inputs.folds, inputs.recipe, args.fold_minutes, pcfg, log)
 
 
+@dataclass
+class Stage:
+    """One fit of a calibration: what it fitted, to which measurements, and how well they pin it down."""
+
+    label: str
+    fit: FitResult
+    curvature: Curvature
+
+
+def run_stage(
+    label: str, flights: list, start: Point, names, args: argparse.Namespace, log, initial: Point | None = None
+) -> Stage:
+    """:func:`~velobins_eval.calibrate_fit.fit_noise` of ``names`` on ``flights``, then its curvature."""
+    log(f"{label}: fitting {', '.join(names)}")
+    objective = Objective(flights, args.objective, args.workers)
+    try:
+        fit = fit_noise(objective, start, names, args.grid_points, args.max_evals, True, log, initial=initial)
+        limits = [log_limits(n) for n in fit.names]
+        curv = curvature(lambda x: objective.blocks(point_at(start, fit.names, x), BLOCK_S), fit.x, fit.names, limits)
+    finally:
+        objective.close()
+    return Stage(label, fit, curv)
+
+
+def run_fit(args: argparse.Namespace, inputs: Inputs, flights: list, log: Callable[[str], None] = print):
+    """(the fitted point, its stages). Without a network one stage fits ``--fit`` to the synthetic ``flights``.
+    With one, ``--imu-noise synthetic`` (default) fits the IMU fields to ground truth + N(0, ``--meas-sigma``²) of
+    the same flights first, then s alone to the network's estimates; ``--imu-noise network`` fits all of ``--fit``
+    to the network's estimates at once. s starts where it fits the network's own errors best (mean e²/σ̂²)."""
+    if inputs.mode == "synthetic":
+        stage = run_stage("filter noise on ground truth + known noise", flights, inputs.start, args.fit, args, log)
+        return stage.fit.point, [stage]
+    initial = dataclasses.replace(inputs.start, scale=own_scale(flights)) if SCALE in args.fit else None
+    if initial is not None:
+        log(f"s starts at {initial.scale:.4g} (mean e²/σ̂² of the network's estimates)")
+    if args.imu_noise == "network":
+        stage = run_stage("joint fit on the network's estimates", flights, inputs.start, args.fit, args, log, initial)
+        return stage.fit.point, [stage]
+    stages = []
+    point = inputs.start
+    imu = [n for n in args.fit if n != SCALE]
+    if imu:
+        label = f"IMU noise on ground truth + N(0, {args.meas_sigma:g}²)"
+        stages.append(run_stage(label, synthetic(args, inputs.flights), point, imu, args, log))
+        point = stages[-1].fit.point
+    if initial is not None:
+        initial = dataclasses.replace(point, scale=initial.scale)
+        stages.append(run_stage("network variance scale on its estimates", flights, point, [SCALE], args, log, initial))
+        point = stages[-1].fit.point
+    return point, stages
+
+
+def fitted_values(stages: list[Stage]) -> dict[str, float]:
+    """Every fitted field, in the order of the stages."""
+    return {n: v for st in stages for n, v in st.fit.values.items()}
+
+
+def stage_lines(stages: list[Stage]) -> list[str]:
+    """Per stage: what it fitted, the widenings of its search and its uncertainty lines."""
+    out = []
+    for st in stages:
+        out.append(
+            f"{st.label}: {st.fit.evaluations} filter passes; "
+            + ", ".join(f"{n} {v:.4g}" for n, v in st.fit.values.items())
+        )
+        out += st.fit.widened + st.curvature.lines(st.fit.values)
+    return out
+
+
 TABLE_HEADER = (
     "| {} | acc [m/s²/√Hz] | gyro [rad/s/√Hz] | s | objective [nats/update] | AVE [m/s] | NEES median | NEES in 95 % |"
 )
 
 
-def fitted_table(flights: list[CalibrationFlight], start: Point, fit: FitResult) -> list[str]:
-    """The before/after table: fused AVE, NEES median and share in bounds on the calibration flights."""
+def fitted_table(flights: list[CalibrationFlight], start: Point, fitted: Point, kind: str, workers: int) -> list[str]:
+    """The before/after table on ``flights``: the objective, fused AVE, NEES median and share in bounds."""
     rows = [TABLE_HEADER.format("filter"), "|---|---|---|---|---|---|---|---|"]
-    for label, point, obj in (("before", start, fit.start_objective), ("after (fitted)", fit.point, fit.objective)):
-        stats = consistency(flights, point.config, point.scale)
-        rows.append(
-            f"| {label} | {fmt(point.config.acc_noise_density)} | {fmt(point.config.gyro_noise_density)} | "
-            f"{fmt(point.scale)} | {obj:.4f} | {stats['ave']:.3f} | {stats['nees_median']:.3f} | "
-            f"{100 * stats['nees_in_bounds']:.1f} % |"
-        )
+    objective = Objective(flights, kind, workers)
+    try:
+        for label, point in (("before", start), ("after (fitted)", fitted)):
+            stats = consistency(flights, point.config, point.scale)
+            rows.append(
+                f"| {label} | {fmt(point.config.acc_noise_density)} | {fmt(point.config.gyro_noise_density)} | "
+                f"{fmt(point.scale)} | {objective(point):.4f} | {stats['ave']:.3f} | {stats['nees_median']:.3f} | "
+                f"{100 * stats['nees_in_bounds']:.1f} % |"
+            )
+    finally:
+        objective.close()
     return rows
 
 
@@ -219,12 +312,19 @@ def network_lines(flights: list[CalibrationFlight], start_scale: float, fit: Poi
         return float(np.mean(0.5 * np.log(2.0 * np.pi * s * var) + 0.5 * err**2 / (s * var)))
 
     ave = float(np.mean(np.linalg.norm(err, axis=1)))
-    return [
-        f"network alone on these flights ({len(err)} estimates): AVE {ave:.3f} m/s; NLL per axis "
-        f"{nll(1.0):.3f} nats at s = 1, {nll(s_net):.3f} at s = {s_net:.3g} (its own errors' best), "
+    speed = float(np.mean(np.concatenate([np.linalg.norm(cf.v_true, axis=1) for cf in flights])))
+    lines = [
+        f"network alone on these flights ({len(err)} estimates): AVE {ave:.3f} m/s (mean speed {speed:.3f} m/s); "
+        f"NLL per axis {nll(1.0):.3f} nats at s = 1, {nll(s_net):.3f} at s = {s_net:.3g} (its own errors' best), "
         f"{nll(fit.scale):.3f} at the fitted s = {fit.scale:.3g}"
         + (f" (start s = {start_scale:.3g})" if start_scale != 1 else "")
     ]
+    if ave >= speed:
+        lines.append(
+            "WARNING: the network's estimates are no better than 0 m/s (AVE >= mean speed): this calibrates a "
+            "network that has not learned; train longer (--fold-minutes, or a better --checkpoint) before using it"
+        )
+    return lines
 
 
 def body_truth(cf: CalibrationFlight) -> np.ndarray:
@@ -234,10 +334,8 @@ def body_truth(cf: CalibrationFlight) -> np.ndarray:
     return GroundTruth.of(cf.flight).at(cf.t).body_velocity
 
 
-def overlay_header(
-    args: argparse.Namespace, inputs: Inputs, fit: FitResult, table: list[str], uncertainty: list[str], net: list[str]
-) -> list[str]:
-    """The overlay's comment lines: what it is for, the flights, the method, the figures."""
+def overlay_header(args: argparse.Namespace, inputs: Inputs, stages: list[Stage], report: list[str]) -> list[str]:
+    """The overlay's comment lines: what it is for, the flights, the method, the figures (``report``)."""
     seconds = sum(f.duration for f in inputs.flights)
     source = {
         "heldout": f"the estimates of {args.checkpoint} on flights it never trained on",
@@ -245,22 +343,18 @@ def overlay_header(
         f"({inputs.recipe.variant if inputs.recipe else ''}) trained {args.fold_minutes:g} min each on the other folds",
         "synthetic": f"ground-truth body velocity + N(0, {args.meas_sigma:g}²) at 20 Hz, seed {args.seed}",
     }[inputs.mode]
+    scale = " and network variance scale" if any(SCALE in st.fit.names for st in stages) else ""
     return [
-        f"Filter noise{' and network variance scale' if SCALE in fit.names else ''} for the vehicle of "
-        f"{inputs.path} (written by velobins calibrate).",
+        f"Filter noise{scale} for the vehicle of {inputs.path} (written by velobins calibrate).",
         "Load after velobins.yaml: drone.launch.py params_file:=<this file>; velobins evaluate --params <this file>.",
         "",
         f"Flights: {len(inputs.flights)} of {inputs.available} ({seconds:.0f} s): "
         + ", ".join(f.name for f in inputs.flights),
         f"Measurements: {source}.",
-        f"Objective: {args.objective} NLL per update (filter started from ground truth), minimised over "
-        f"{', '.join(fit.names)} in log10 space; {fit.start_objective:.4f} -> {fit.objective:.4f} nats. "
-        "docs/calibrate.md.",
+        f"Objective: {args.objective} NLL per update (filter started from ground truth), minimised in log10 space "
+        f"({', '.join(st.label for st in stages)}). docs/calibrate.md.",
         "",
-        *table,
-        *fit.widened,
-        *uncertainty,
-        *net,
+        *report,
     ]
 
 

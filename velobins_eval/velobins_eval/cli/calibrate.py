@@ -5,36 +5,27 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import shlex
 import sys
 import time
 from pathlib import Path
 
 from velobins_eval.calibrate import (
+    IMU_NOISE_SOURCES,
     Inputs,
     fitted_table,
+    fitted_values,
     load,
     measurements,
     mode_of,
     network_lines,
     overlay_header,
     overlay_text,
-    own_scale,
+    run_fit,
     spread,
+    stage_lines,
 )
-from velobins_eval.calibrate_fit import (
-    DEFAULT_FIT,
-    FITTABLE,
-    OBJECTIVES,
-    SCALE,
-    Objective,
-    Point,
-    check_fit_names,
-    fit_noise,
-    log_limits,
-    point_at,
-)
+from velobins_eval.calibrate_fit import DEFAULT_FIT, FITTABLE, OBJECTIVES, SCALE, Point, check_fit_names
 
 from .options import add_allow_option, add_output_file_option
 
@@ -65,11 +56,18 @@ def build_parser() -> argparse.ArgumentParser:
     net.add_argument("--variant", help="cross-fit without --checkpoint: the variant to train (default G+H)")
     net.add_argument("--folds-dir", type=Path, help="cross-fit: keep the fold models here (a rerun reuses them)")
     net.add_argument("--threads", type=int, default=1, help="torch threads (network and fold training)")
-    syn = p.add_argument_group("synthetic measurements (neither --heldout nor --cross-fit: the filter noise alone)")
-    syn.add_argument("--meas-sigma", type=float, default=0.15, help="std of the synthetic measurement noise [m/s]")
+    syn = p.add_argument_group("synthetic measurements: ground truth + white noise of a known σ (the IMU noise)")
+    syn.add_argument("--meas-sigma", type=float, default=0.05, help="std of the synthetic measurement noise [m/s]")
     syn.add_argument("--seed", type=int, default=0, help="seed of the synthetic measurement noise")
     fit = p.add_argument_group("the fit")
     fit.add_argument("--objective", choices=OBJECTIVES, default="posterior", help="negative log-likelihood to minimise")
+    fit.add_argument(
+        "--imu-noise",
+        choices=IMU_NOISE_SOURCES,
+        default="synthetic",
+        help="with a network: fit the IMU noise to ground truth + N(0, --meas-sigma²) first, then s to the network's "
+        "estimates (synthetic), or everything to the network's estimates at once (network)",
+    )
     fit.add_argument(
         "--fit",
         help=f"comma-separated fields to fit, of {', '.join(FITTABLE)} (default: the two densities, plus "
@@ -101,11 +99,11 @@ def check_args(args: argparse.Namespace) -> None:
             raise ValueError("--variant and --checkpoint: give one (the fold models use the checkpoint's recipe)")
     elif args.folds_dir is not None or args.variant is not None:
         raise ValueError("--folds-dir and --variant apply to --cross-fit only")
+    if not args.meas_sigma > 0:
+        raise ValueError(f"--meas-sigma must be > 0 m/s, got {args.meas_sigma}")
     if mode == "synthetic":
         if args.checkpoint is not None:
             raise ValueError("--checkpoint needs --heldout (held-out mode) or --cross-fit K (its recipe)")
-        if not args.meas_sigma > 0:
-            raise ValueError(f"--meas-sigma must be > 0 m/s, got {args.meas_sigma}")
     if args.max_flights is not None and args.max_flights < 1:
         raise ValueError(f"--max-flights must be >= 1, got {args.max_flights}")
     if min(args.grid_points, args.max_evals, args.threads, args.workers) < 1:
@@ -166,12 +164,19 @@ def gather(args: argparse.Namespace) -> Inputs:
     return inputs
 
 
+def cpu_seconds() -> float:
+    """CPU time of this process and of its finished children (the filter's worker processes) [s]."""
+    import resource
+
+    child = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + child.ru_utime + child.ru_stime
+
+
 def main_calibrate(argv: list[str] | None = None) -> int:
     """Entry point of ``velobins calibrate``: options, output and every input are checked before the fit."""
     from velobins_common.outputs import atomic_write_text
-    from velobins_eval.calibrate_uncertainty import BLOCK_S, curvature
 
-    wall0, cpu0 = time.perf_counter(), time.process_time()
+    wall0, cpu0 = time.perf_counter(), cpu_seconds()
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     check_args(args)
@@ -182,35 +187,21 @@ def main_calibrate(argv: list[str] | None = None) -> int:
     print(inputs.describe())
 
     flights = measurements(args, inputs, log=print)
-    objective = Objective(flights, args.objective, args.workers)
-    try:
-        initial = None
-        if SCALE in args.fit:  # s starts where it fits the network's own errors best, not at the paper's 1
-            initial = dataclasses.replace(inputs.start, scale=own_scale(flights))
-            print(f"search starts at s = {initial.scale:.4g} (mean e²/σ̂² of the network's estimates)")
-        fit = fit_noise(
-            objective, inputs.start, args.fit, args.grid_points, args.max_evals, True, print, initial=initial
-        )
-        limits = [log_limits(n) for n in fit.names]
-        curv = curvature(
-            lambda x: objective.blocks(point_at(inputs.start, fit.names, x), BLOCK_S), fit.x, fit.names, limits
-        )
-    finally:
-        objective.close()
-    table = fitted_table(flights, inputs.start, fit)
-    uncertainty = curv.lines(fit.values)
-    net = network_lines(flights, inputs.start.scale, fit.point) if inputs.mode != "synthetic" else []
-    evaluations = fit.evaluations + curv.evaluations
-    wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
-    timing = f"calibrate took {wall:.0f} s ({cpu:.0f} s CPU in this process; {evaluations} filter passes)"
-    print("\n".join(table + fit.widened + uncertainty + net + [timing]))
+    fitted, stages = run_fit(args, inputs, flights, log=print)
+    table = fitted_table(flights, inputs.start, fitted, args.objective, args.workers)
+    net = network_lines(flights, inputs.start.scale, fitted) if inputs.mode != "synthetic" else []
+    passes = sum(st.fit.evaluations + st.curvature.evaluations for st in stages)
+    wall, cpu = time.perf_counter() - wall0, cpu_seconds() - cpu0
+    timing = f"calibrate took {wall:.0f} s ({cpu:.0f} s CPU, worker processes included; {passes} filter passes in the fits)"
+    report = [*table, *stage_lines(stages), *net]
+    print("\n".join([*report, timing]))
 
-    command = "Command: velobins calibrate " + shlex.join(argv)
-    header = [*overlay_header(args, inputs, fit, table, uncertainty, net), "", command]
+    header = [*overlay_header(args, inputs, stages, report), "", "Command: velobins calibrate " + shlex.join(argv)]
     if args.out.parent != Path(""):
         args.out.parent.mkdir(parents=True, exist_ok=True)
-    filter_values = {n: v for n, v in fit.values.items() if n != SCALE}
-    atomic_write_text(args.out, overlay_text(header, filter_values, fit.values.get(SCALE)))
+    values = fitted_values(stages)
+    filter_values = {n: v for n, v in values.items() if n != SCALE}
+    atomic_write_text(args.out, overlay_text(header, filter_values, values.get(SCALE)))
     print(f"wrote {args.out}")
     return 0
 
