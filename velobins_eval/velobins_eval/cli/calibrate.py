@@ -192,7 +192,7 @@ def main_calibrate(argv: list[str] | None = None) -> int:
     net = network_lines(flights, inputs.start.scale, fitted) if inputs.mode != "synthetic" else []
     passes = sum(st.fit.evaluations + st.curvature.evaluations for st in stages)
     wall, cpu = time.perf_counter() - wall0, cpu_seconds() - cpu0
-    timing = f"calibrate took {wall:.0f} s ({cpu:.0f} s CPU, worker processes included; {passes} filter passes in the fits)"
+    timing = f"calibrate took {wall:.0f} s ({cpu:.0f} s CPU, workers included; {passes} filter passes in the fits)"
     report = [*table, *stage_lines(stages), *net]
     print("\n".join([*report, timing]))
 
