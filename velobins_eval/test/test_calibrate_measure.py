@@ -93,6 +93,8 @@ def test_heldout_mode_fits_filter_and_variance_scale(dirs, tiny_checkpoint, tmp_
     assert cli_main([*base, "--heldout", str(dirs["heldout"])]) == 0
     printed = capsys.readouterr().out
     assert "calibrating (heldout) on 1 of 1 flight(s)" in printed
+    # default: two stages, the IMU noise on ground truth + known noise, then s alone on the network's estimates
+    assert "IMU noise on ground truth + N(0, 0.05²)" in printed and "network variance scale on its estimates" in printed
     assert "uncertainty of the fit" in printed and "variance_scale" in printed and "(robust)" in printed
     assert "network alone on these flights" in printed
     load_filter_config([out])
@@ -119,8 +121,10 @@ def test_cross_fit_mode_trains_folds_reuses_them_and_refuses_a_foreign_folds_dir
         str(folds),
         *FAST,
     ]
-    assert cli_main([*argv, "--fit", "acc_noise_density,variance_scale", "--out", str(tmp_path / "a.yaml")]) == 0
+    joint = ["--imu-noise", "network", "--fit", "acc_noise_density,variance_scale"]
+    assert cli_main([*argv, *joint, "--out", str(tmp_path / "a.yaml")]) == 0
     printed = capsys.readouterr().out
+    assert "joint fit on the network's estimates" in printed and "IMU noise on ground truth" not in printed
     assert printed.count("training G+H^B on") == 2
     held = []
     for k in (1, 2):

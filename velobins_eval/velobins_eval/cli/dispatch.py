@@ -50,7 +50,7 @@ DELEGATED = {
     "calibrate": (
         ".calibrate",
         "main_calibrate",
-        "fit the EKF noise of a vehicle from its flights -> parameter overlay YAML",
+        "fit the filter noise and network variance scale of a vehicle -> parameter overlay YAML",
     ),
 }
 
