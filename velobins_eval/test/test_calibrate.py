@@ -137,7 +137,7 @@ def test_fit_beyond_the_first_box_widens_the_search_and_says_so():
 
 def test_fit_at_a_hard_limit_is_refused():
     # the bowl's centre lies below acc_noise_density's ParamSpec minimum (1e-6): the fit runs into it
-    with pytest.raises(CalibrationRefused, match="acc_noise_density ran to its lower limit"):
+    with pytest.raises(CalibrationRefused, match="acc_noise_density ended at a bound of its search, its lower limit"):
         fit_noise(Bowl(1e-8, 1e-3), Point(EkfConfig(), 1.0), grid_points=1, max_evals=200, progress=False)
     assert EDGE_DECADES < 0.1
 
@@ -170,7 +170,7 @@ def test_cli_synthetic_end_to_end(data_dir, tmp_path, capsys):
     assert "/**/velobins_ekf:" in text and "Command: velobins calibrate" in text and "NEES" in text
     assert "velobins_net" not in text  # no network, no variance scale
     printed = capsys.readouterr().out
-    assert "| before |" in printed and "| after (fitted) |" in printed
+    assert "| before (defaults) |" in printed and "| after (fitted) |" in printed
     assert "uncertainty of the fit" in printed and "acc_noise_density" in printed and "calibrate took" in printed
 
     assert cli_main(argv + FAST) == 2  # existing output refused without --overwrite
@@ -191,16 +191,39 @@ def test_cli_synthetic_end_to_end(data_dir, tmp_path, capsys):
         (["--checkpoint", "x.pt"], "--checkpoint needs --heldout"),
         (["--fit", "gravity"], "--fit"),
         (["--fit", SCALE], "needs network estimates"),
-        (["--checkpoint", "x.pt", "--heldout", "h"], "--heldout and --data"),
-        (["--heldout", "h", "--cross-fit", "2"], "--heldout and --cross-fit"),
+        (["--checkpoint", "x.pt", "--heldout", "h"], "--heldout/--data: give one"),
+        (["--heldout", "h", "--cross-fit", "2"], "--heldout/--cross-fit: give one"),
         (["--cross-fit", "1"], "--cross-fit must be >= 2"),
         (["--cross-fit", "2", "--fold-minutes", "0"], "--fold-minutes"),
         (["--folds-dir", "f"], "--cross-fit only"),
+        (["--meas-sigma", "nan"], "--meas-sigma"),
         (["--workers", "0"], "--workers"),
     ],
 )
 def test_cli_option_errors(data_dir, tmp_path, extra, message):
     base = ["--dataset", "csv", "--data", str(data_dir), "--out", str(tmp_path / "o.yaml")]
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(OptionError, match=message):
         main_calibrate([*base, *extra])
     assert not (tmp_path / "o.yaml").exists()
+
+
+def test_cli_shipped_model_brings_its_overlay(tmp_path, capsys):
+    """``--checkpoint crazyflie`` resolves the name and starts from the model's overlay unless --params is given
+    (held-out mode on a demo flight, which the shipped model never trained on)."""
+    from velobins_eval.demo import DEMO_DATA
+    from velobins_net.pretrained import resolve_model
+
+    overlay = resolve_model("crazyflie").overlay
+    out = tmp_path / "overlay.yaml"
+    base = ["calibrate", "--dataset", "nanobench", "--heldout", str(DEMO_DATA / "B3_figure8_medium_rep1.csv.gz")]
+    base += ["--checkpoint", "crazyflie", "--fit", SCALE, "--grid-points", "1", "--max-evals", "2"]
+    assert cli_main([*base, "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert f"parameters: {overlay}" in printed and "| before (crazyflie.yaml) |" in printed
+    assert "| before (crazyflie.yaml) | 0.07009 | 0.03634 |" in out.read_text().replace("# ", "")  # its densities
+
+    defaults = tmp_path / "defaults.yaml"
+    defaults.write_text("/**/velobins_ekf:\n  ros__parameters:\n    filter:\n      acc_noise_density: 0.02\n")
+    assert cli_main([*base, "--params", str(defaults), "--out", str(tmp_path / "o2.yaml")]) == 0
+    printed = capsys.readouterr().out
+    assert "parameters:" not in printed and "| before (defaults.yaml) | 0.02 |" in printed

@@ -92,7 +92,7 @@ def test_heldout_mode_fits_filter_and_variance_scale(dirs, tiny_checkpoint, tmp_
 
     assert cli_main([*base, "--heldout", str(dirs["heldout"])]) == 0
     printed = capsys.readouterr().out
-    assert "calibrating (heldout) on 1 of 1 flight(s)" in printed
+    assert "calibrating on 1 of 1 flight(s)" in printed and "heldout measurements" in printed
     # default: two stages, the IMU noise on ground truth + known noise, then s alone on the network's estimates
     assert "IMU noise on ground truth + N(0, 0.05²)" in printed and "network variance scale on its estimates" in printed
     assert "uncertainty of the fit" in printed and "variance_scale" in printed and "(robust)" in printed

@@ -180,7 +180,7 @@ CASES = [
     Case(
         "calibrate --checkpoint of a TLIO model",
         lambda t, g: [
-            *("calibrate", "--dataset", "csv", "--data", str(g["flight"]), "--out", str(t / "o.yaml")),
+            *("calibrate", "--dataset", "csv", "--out", str(t / "o.yaml")),
             *("--checkpoint", str(g["tlio"] / "best.pt"), "--heldout", str(sorted(g["flights"].glob("*.csv"))[1])),
         ],
         ("--checkpoint", "tlio model"),
@@ -260,9 +260,8 @@ def test_a_crafted_flight_name_cannot_set_a_parameter_and_shipped_names_work(goo
 
     (tmp_path / "data").mkdir()
     shutil.copy(good["flight"], tmp_path / "data" / f"{CRAFTED}.csv")
-    heldout = sorted(good["flights"].glob("*.csv"))[1]
-    argv = ["calibrate", "--dataset", "csv", "--data", str(tmp_path / "data"), "--out", str(tmp_path / "o.yaml")]
-    argv += ["--grid-points", "2", "--max-evals", "4", "--checkpoint", "crazyflie", "--heldout", str(heldout)]
+    argv = ["calibrate", "--dataset", "csv", "--heldout", str(tmp_path / "data"), "--out", str(tmp_path / "o.yaml")]
+    argv += ["--grid-points", "2", "--max-evals", "4", "--checkpoint", "crazyflie"]
     status = main(argv)
     captured = capsys.readouterr()
     if status == 2 and "bound of its search" in captured.err:
@@ -313,5 +312,6 @@ def test_calibrate_out_dash_writes_the_overlay_alone_to_stdout(good, tmp_path) -
         pytest.skip("this short flight pinned the fit to a bound (refused, as it should be)")
     assert res.returncode == 0, res.stderr
     assert set(yaml.safe_load(res.stdout)) == {"/**/velobins_ekf"} and res.stdout.startswith("# EKF noise overlay")
+    assert "uncertainty of the fit" in res.stderr
     assert "calibrating on 1 of 1 flight(s)" in res.stderr and "wrote -" in res.stderr
     assert list(tmp_path.iterdir()) == []  # no file named '-', nothing else written

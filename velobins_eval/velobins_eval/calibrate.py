@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from velobins_common.errors import printable
+from velobins_common.errors import OptionError, UserError, printable
 from velobins_data.flight import Flight
 
 from .calibrate_fit import (
@@ -61,7 +61,7 @@ exact, so they are the IMU's own noise), or jointly with s to the network's esti
 def mode_of(args: argparse.Namespace) -> str:
     """The measurement source the options ask for (:data:`MODES`); both network modes at once is an error."""
     if args.heldout is not None and args.cross_fit is not None:
-        raise ValueError("--heldout and --cross-fit: give one (held-out flights, or cross-fitting on --data)")
+        raise OptionError("--heldout/--cross-fit", "give one (held-out flights, or cross-fitting on --data)")
     return "heldout" if args.heldout is not None else "cross-fit" if args.cross_fit is not None else "synthetic"
 
 
@@ -88,8 +88,13 @@ def yaml_float(x: float) -> str:
 
 
 def overlay_text(header: list[str], filter_values: dict[str, float], scale: float | None) -> str:
-    """The overlay YAML: comment ``header``, the EKF's fitted ``filter.*``, optionally ``predictor.variance_scale``."""
-    lines = [f"# {h}".rstrip() for h in header]
+    """The overlay YAML: comment ``header``, the EKF's fitted ``filter.*``, optionally ``predictor.variance_scale``.
+
+    Each header entry is one comment line with every control character escaped: a flight file named
+    ``x\n/**/velobins_ekf: ...`` must not start a YAML entry that sets a parameter when the overlay is
+    loaded (issue 24). The values are floats written by :func:`yaml_float`, never text.
+    """
+    lines = [f"# {printable(h)}".rstrip() for h in header]
     if filter_values:
         lines += ["/**/velobins_ekf:", "  ros__parameters:", "    filter:"]
         lines += [f"      {name}: {yaml_float(value)}" for name, value in filter_values.items()]
@@ -124,8 +129,8 @@ class Inputs:
     def describe(self) -> str:
         seconds = sum(f.duration for f in self.flights)
         return (
-            f"calibrating ({self.mode}) on {len(self.flights)} of {self.available} flight(s) ({seconds:.0f} s): "
-            + ", ".join(f.name for f in self.flights)
+            f"calibrating on {len(self.flights)} of {self.available} flight(s) ({seconds:.0f} s, {self.mode} "
+            "measurements): " + ", ".join(f.name for f in self.flights)
         )
 
     def check_network(self, args: argparse.Namespace) -> None:
@@ -134,12 +139,19 @@ class Inputs:
         if self.mode == "synthetic":
             return
         from velobins_net.checkpoint import read_checkpoint
-        from velobins_net.pretrained import resolve_checkpoint
 
         from . import calibrate_measure as cm
 
-        ckpt_path = resolve_checkpoint(args.checkpoint) if args.checkpoint is not None else None
+        ckpt_path = args.checkpoint  # resolved by the command (a shipped name or a path)
         ckpt = read_checkpoint(ckpt_path) if ckpt_path is not None else None
+        if ckpt is not None:
+            method = (ckpt.get("model_config") or {}).get("method", "velobins")
+            if method != "velobins":
+                raise OptionError(
+                    "--checkpoint",
+                    f"{ckpt_path} is a {method} model; the variance scale is fitted for a velocity network "
+                    "streaming body velocity (VeloBins or AI-IO)",
+                )
         if self.mode == "heldout":
             from velobins_net.inference import load_checkpoint
 
@@ -148,15 +160,21 @@ class Inputs:
             self.notes += cm.check_heldout(ckpt, ckpt_path, self.flights)
             self.model = load_checkpoint(ckpt_path)
             check_fits(self.model, ckpt_path, self.flights)
+            window = self.model.cfg.window_s
+            short = [f.name for f in self.flights if f.duration <= window]
+            if short:
+                raise UserError(
+                    f"{self.path}: flight(s) {', '.join(short)} shorter than one network window ({window:g} s)"
+                )
             return
         kinds = {(f.num_rotors, f.rotor_kind) for f in self.flights}
         if len(kinds) != 1:
-            raise ValueError(f"{self.path}: the flights mix rotor counts/kinds {sorted(kinds)}; calibrate one vehicle")
+            raise UserError(f"{self.path}: the flights mix rotor counts/kinds {sorted(kinds)}; calibrate one vehicle")
         if ckpt is not None:
             self.recipe = cm.recipe_from_checkpoint(ckpt, ckpt_path)
             want = (self.recipe.model.num_rotors, self.recipe.model.rotor_kind)
             if want not in kinds:
-                raise ValueError(
+                raise UserError(
                     f"{ckpt_path}: its recipe trains {want[0]} rotors of kind '{want[1]}'; the flights of "
                     f"{self.path} have {sorted(kinds)[0][0]} of kind '{sorted(kinds)[0][1]}'"
                 )
@@ -169,7 +187,7 @@ class Inputs:
             self.folds_dir = Path(self.scratch.name)
         else:
             if args.folds_dir.exists() and not args.folds_dir.is_dir():
-                raise ValueError(f"{args.folds_dir}: --folds-dir is a file, not a folder")
+                raise OptionError("--folds-dir", f"{args.folds_dir} is a file, not a folder")
             self.folds_dir = args.folds_dir
         self.folds = cm.plan_cross_fit(self.flights, args.cross_fit, self.recipe, args.fold_minutes, self.folds_dir)
 
@@ -274,12 +292,14 @@ TABLE_HEADER = (
 )
 
 
-def fitted_table(flights: list[CalibrationFlight], start: Point, fitted: Point, kind: str, workers: int) -> list[str]:
+def fitted_table(
+    flights: list[CalibrationFlight], start: Point, fitted: Point, kind: str, workers: int, before: str = "before"
+) -> list[str]:
     """The before/after table on ``flights``: the objective, fused AVE, NEES median and share in bounds."""
     rows = [TABLE_HEADER.format("filter"), "|---|---|---|---|---|---|---|---|"]
     objective = Objective(flights, kind, workers)
     try:
-        for label, point in (("before", start), ("after (fitted)", fitted)):
+        for label, point in ((before, start), ("after (fitted)", fitted)):
             stats = consistency(flights, point.config, point.scale)
             rows.append(
                 f"| {label} | {fmt(point.config.acc_noise_density)} | {fmt(point.config.gyro_noise_density)} | "
@@ -343,9 +363,9 @@ def overlay_header(args: argparse.Namespace, inputs: Inputs, stages: list[Stage]
         f"({inputs.recipe.variant if inputs.recipe else ''}) trained {args.fold_minutes:g} min each on the other folds",
         "synthetic": f"ground-truth body velocity + N(0, {args.meas_sigma:g}²) at 20 Hz, seed {args.seed}",
     }[inputs.mode]
-    scale = " and network variance scale" if any(SCALE in st.fit.names for st in stages) else ""
+    scale = " with the network variance scale" if any(SCALE in st.fit.names for st in stages) else ""
     return [
-        f"Filter noise{scale} for the vehicle of {inputs.path} (written by velobins calibrate).",
+        f"EKF noise overlay{scale} for the vehicle of {inputs.path} (written by velobins calibrate).",
         "Load after velobins.yaml: drone.launch.py params_file:=<this file>; velobins evaluate --params <this file>.",
         "",
         f"Flights: {len(inputs.flights)} of {inputs.available} ({seconds:.0f} s): "

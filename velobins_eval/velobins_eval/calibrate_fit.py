@@ -47,7 +47,7 @@ import numpy as np
 from velobins_common.errors import OptionError, UserError
 from velobins_common.fields import param_spec
 from velobins_common.progress import progress_bar
-from velobins_common.stats import gaussian_nll_full
+from velobins_common.stats import gaussian_nll_full, nees
 from velobins_data.flight import Flight
 
 from .calibrate_pool import FlightPool
@@ -91,7 +91,7 @@ SCALE_LIMITS = (1e-6, 1e6)
 test_calibrate checks they agree)."""
 
 
-class CalibrationRefused(ValueError):
+class CalibrationRefused(UserError):
     """The fit ran to a hard limit of a field: the flights do not identify it; no overlay is written."""
 
 
@@ -118,7 +118,7 @@ def synthetic_measurements(
 ) -> CalibrationFlight:
     """Ground-truth body velocity at ``rate_hz`` (from one period after the first sample) plus N(0, sigma²)."""
     if not sigma > 0:
-        raise ValueError(f"--meas-sigma must be > 0 m/s, got {sigma}")
+        raise OptionError("--meas-sigma", f"must be > 0 m/s, got {sigma}")
     t = np.arange(seq.t[0] + 1.0 / rate_hz, seq.t[-1], 1.0 / rate_hz)
     if t.size < 2:
         raise UserError(f"{seq.source}: flight too short for velocity measurements ({seq.duration:.2f} s)")
@@ -128,10 +128,10 @@ def synthetic_measurements(
 
 
 def gaussian_terms(err: np.ndarray, cov: np.ndarray) -> np.ndarray:
-    """(N,) ½(eᵀΣ⁻¹e + log det Σ + d log 2π) of (N, d) errors with (N, d, d) covariances (inf if Σ is not PD)."""
+    """(N,) ½(eᵀΣ⁻¹e + log det Σ + d log 2π) of (N, d) errors with (N, d, d) covariances (inf if Σ is not PD):
+    :func:`velobins_common.stats.gaussian_nll_full` of each sample's :func:`~velobins_common.stats.nees`."""
     sign, logdet = np.linalg.slogdet(cov)
-    quad = np.einsum("ni,ni->n", err, np.linalg.solve(cov, err[..., None])[..., 0])
-    out = 0.5 * (quad + logdet + err.shape[1] * math.log(2.0 * math.pi))
+    out = gaussian_nll_full(nees(err, cov), logdet, err.shape[1])
     return np.where(sign > 0, out, math.inf)
 
 
@@ -194,7 +194,7 @@ class Objective:
 
     def __init__(self, flights: Sequence[CalibrationFlight], kind: str = "posterior", workers: int = 1):
         if kind not in OBJECTIVES:
-            raise ValueError(f"--objective must be one of {', '.join(OBJECTIVES)}, got {kind!r}")
+            raise OptionError("--objective", f"must be one of {', '.join(OBJECTIVES)}, got {kind!r}")
         self.flights = list(flights)
         self.kind = kind
         self.pool = FlightPool(self.flights, flight_terms, workers)
@@ -212,7 +212,7 @@ class Objective:
         per_flight = self.terms(point)
         count = sum(len(t) for _, t in per_flight)
         if count == 0:
-            raise ValueError("calibrate: the filter applied no velocity update on any flight")
+            raise UserError("calibrate: the filter applied no velocity update on any flight")
         return float(sum(t.sum() for _, t in per_flight)) / count
 
     def blocks(self, point: Point, block_s: float) -> np.ndarray:
@@ -334,7 +334,7 @@ def fit_noise(
     names = check_fit_names(names)
     for n in names:
         if (start.scale if n == SCALE else getattr(start.config, n)) <= 0:
-            raise ValueError(f"calibrate: cannot fit {n} from a start value of 0 (set it > 0 in --params)")
+            raise UserError(f"calibrate: cannot fit {n} from a start value of 0 (set it > 0 in --params)")
     say = log or (lambda _msg: None)
     x_start = log_values(start, names)
 
@@ -392,13 +392,14 @@ def widen(name: str, side: str, x: float, boxes: list, i: int, rounds: int, obje
     limit = log_limits(name)[0 if side == "lower" else 1]
     if abs(x - limit) <= EDGE_DECADES:
         raise CalibrationRefused(
-            f"calibrate: refused: {name} ran to its {side} limit {10**limit:.3g}: the objective keeps improving "
-            f"toward it ({objective:.4f} nats/update), so these flights do not identify it. Fix it with --params and "
-            "leave it out of --fit, or calibrate on more or other flights"
+            f"calibrate: refused: {name} ended at a bound of its search, its {side} limit {10**limit:.3g}: the "
+            f"objective keeps improving toward it ({objective:.4f} nats/update), so the flights do not determine it "
+            "(a frozen or noise-free IMU? too little flight?). Fix it with --params and leave it out of --fit, or "
+            "calibrate on more or other flights"
         )
     if rounds >= MAX_WIDENINGS:
         raise CalibrationRefused(
-            f"calibrate: refused: {name} is still at the {side} edge of its search ({10**x:.3g}) after "
+            f"calibrate: refused: {name} still ended at a bound of its search ({10**x:.3g}, {side}) after "
             f"{MAX_WIDENINGS} widenings"
         )
     lo, hi = boxes[i]
@@ -437,25 +438,6 @@ def at_edges(names: Sequence[str], x: np.ndarray, boxes) -> list[tuple[int, str]
             out.append((i, "lower"))
         elif boxes[i][1] - x[i] <= EDGE_DECADES:
             out.append((i, "upper"))
-    return out
-
-
-BOUND_TOLERANCE_DECADES = 0.01
-"""A fitted value within this many decades of a bound of its search ended at the bound."""
-
-
-def at_search_bound(fit: FitResult) -> dict[str, tuple[float, float]]:
-    """{field: (fitted value, the bound it ended at)} for fitted fields pinned to a bound of :func:`log_bounds`.
-
-    A maximum at the bound of the search is no maximum the flights determine (a frozen or noise-free
-    IMU fits a density of zero): the command refuses it instead of writing it.
-    """
-    out = {}
-    for name in fit.names:
-        x = math.log10(getattr(fit.config, name))
-        bound = min(log_bounds(name), key=lambda b: abs(x - b))
-        if abs(x - bound) < BOUND_TOLERANCE_DECADES:
-            out[name] = (float(10.0**x), float(10.0**bound))
     return out
 
 

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from velobins_common.errors import OptionError, UserError
 from velobins_data.flight import Flight
 
 from .calibrate_fit import CalibrationFlight
@@ -67,7 +68,7 @@ def check_heldout(ckpt: dict, path: Path, flights: Sequence[Flight]) -> list[str
     selected = {str(d.get("name")) for d in data.get("val") or [] if isinstance(d, dict)}
     seen = sorted(f.name for f in flights if f.name in names)
     if seen:
-        raise ValueError(
+        raise UserError(
             f"{path}: the checkpoint was trained on {', '.join(seen)}: held-out flights must be new to it "
             "(--heldout), or calibrate by cross-fitting (--cross-fit K)"
         )
@@ -84,7 +85,7 @@ def recipe_from_checkpoint(ckpt: dict, path: Path):
 
     stored = dict(ckpt.get("train_config") or {})
     if "model" not in stored or "variant" not in stored:
-        raise ValueError(f"{path}: the checkpoint records no training recipe ('train_config'); pass --variant instead")
+        raise UserError(f"{path}: the checkpoint records no training recipe ('train_config'); pass --variant instead")
     known = {f.name for f in dataclasses.fields(TrainConfig)} - {"model"}
     values = {k: v for k, v in stored.items() if k in known}
     return TrainConfig(model=ModelConfig.from_dict(stored["model"], source=str(path)), **values)
@@ -104,9 +105,9 @@ def assign_folds(flights: Sequence[Flight], k: int) -> list[list[int]]:
     """Indices of ``flights`` in ``k`` folds of near-equal total duration (longest first into the lightest fold;
     deterministic: ties by name, then fold number). Each fold holds at least one flight."""
     if k < 2:
-        raise ValueError(f"--cross-fit must be >= 2 folds, got {k}")
+        raise OptionError("--cross-fit", f"must be >= 2 folds, got {k}")
     if len(flights) < k:
-        raise ValueError(f"--cross-fit {k}: needs at least {k} flights, got {len(flights)}")
+        raise OptionError("--cross-fit", f"{k} folds need at least {k} flights, got {len(flights)}")
     order = sorted(range(len(flights)), key=lambda i: (-flights[i].duration, flights[i].name))
     folds: list[list[int]] = [[] for _ in range(k)]
     load = [0.0] * k
@@ -129,7 +130,7 @@ def split_for_selection(flights: Sequence[Flight], window_s: float) -> tuple[lis
         train.append(f.slice(0, cut))
         val.append(f.slice(cut, len(f)))
     if not val:
-        raise ValueError(
+        raise UserError(
             f"cross-fit: every training flight is too short to hold out {SELECTION_SHARE:.0%} of it "
             f"(two {window_s:g} s windows) for checkpoint selection"
         )
@@ -206,7 +207,7 @@ def cross_fit_measurements(
             )
             result = train(dataclasses.replace(recipe, data_description=desc), train_part, val_part, fold.directory)
             if result.best_epoch < 0:
-                raise ValueError(f"{fold.directory}: fold {fold.number}'s training gave no finite validation figure")
+                raise UserError(f"{fold.directory}: fold {fold.number}'s training gave no finite validation figure")
             model = load_checkpoint(result.best_path)
             check_fits(model, result.best_path, [flights[i] for i in fold.held])
             preds = {flights[i].name: predict_flight(model, flights[i], unscaled(pcfg)) for i in fold.held}
@@ -234,11 +235,11 @@ def load_fold(fold_dir: Path, record: dict) -> dict | None:
     try:
         stored = json.loads(meta.read_text())
     except FileNotFoundError:
-        raise ValueError(f"{fold_dir}: holds files that are not a calibrate fold; pick another --folds-dir") from None
+        raise UserError(f"{fold_dir}: holds files that are not a calibrate fold; pick another --folds-dir") from None
     except (OSError, ValueError) as exc:
-        raise ValueError(f"{meta}: not a fold record ({exc})") from None
+        raise UserError(f"{meta}: not a fold record ({exc})") from None
     if not isinstance(stored, dict) or stored.get("fold") != json.loads(json.dumps(record)):
-        raise ValueError(
+        raise UserError(
             f"{meta}: this fold was made from other flights, recipe or budget; remove it or pick another --folds-dir"
         )
     if not stored.get("finished"):

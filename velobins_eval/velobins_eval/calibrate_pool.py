@@ -14,6 +14,8 @@ from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 
+from velobins_common.errors import OptionError
+
 _FLIGHTS: list = []
 _WORK: Callable | None = None
 
@@ -33,7 +35,7 @@ class FlightPool:
 
     def __init__(self, flights: Sequence, work: Callable, workers: int = 1):
         if workers < 1:
-            raise ValueError(f"--workers must be >= 1, got {workers}")
+            raise OptionError("--workers", f"must be >= 1, got {workers}")
         self.flights = list(flights)
         self.work = work
         self.executor = None

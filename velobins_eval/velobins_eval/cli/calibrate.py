@@ -5,11 +5,15 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import shlex
 import sys
 import time
 from pathlib import Path
 
+import numpy as np
+
+from velobins_common.errors import OptionError
 from velobins_eval.calibrate import (
     IMU_NOISE_SOURCES,
     Inputs,
@@ -25,7 +29,15 @@ from velobins_eval.calibrate import (
     spread,
     stage_lines,
 )
-from velobins_eval.calibrate_fit import DEFAULT_FIT, FITTABLE, OBJECTIVES, SCALE, Point, check_fit_names
+from velobins_eval.calibrate_fit import (
+    DEFAULT_FIT,
+    FITTABLE,
+    OBJECTIVES,
+    SCALE,
+    CalibrationRefused,
+    Point,
+    check_fit_names,
+)
 
 from .options import add_allow_option, add_output_file_option
 
@@ -42,14 +54,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--dataset", required=True, choices=KINDS, help="adapter of --data / --heldout")
     p.add_argument("--data", type=Path, help="the vehicle's flights (cross-fit and synthetic modes): file or folder")
-    p.add_argument("--out", required=True, type=Path, help="overlay YAML to write")
+    add_output_file_option(p, "--out", "overlay YAML to write", required=True)
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     p.add_argument(
-        "--params", action="append", type=Path, default=[], help="ROS parameter file(s): the start ('before') values"
+        "--params",
+        action="append",
+        type=Path,
+        default=[],
+        help="ROS parameter file(s): the start ('before') filter and the predictor (default: the overlay of a "
+        "shipped --checkpoint, else the defaults)",
     )
     p.add_argument("--max-flights", type=int, help="use at most N flights, evenly spread over the sorted list")
     net = p.add_argument_group("measurements from the network (the calibration of the real measurement process)")
-    net.add_argument("--checkpoint", help="network checkpoint (file or shipped name): held-out mode, or the recipe")
+    net.add_argument(
+        "--checkpoint",
+        help="network checkpoint or shipped model name (crazyflie: brings its overlay unless --params is given): "
+        "held-out mode, or the recipe of the fold models",
+    )
     net.add_argument("--heldout", type=Path, help="held-out mode: flights --checkpoint never trained on")
     net.add_argument("--cross-fit", type=int, metavar="K", help="cross-fit mode: K folds of --data by flight")
     net.add_argument("--fold-minutes", type=float, default=2.0, help="cross-fit: training budget per fold model [min]")
@@ -81,37 +102,42 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def check_args(args: argparse.Namespace) -> None:
-    """Option errors a user can fix, before any work (``ValueError``: exit 2)."""
+    """Option errors a user can fix, before any work (:class:`~velobins_common.errors.OptionError`: exit 2)."""
     mode = mode_of(args)
     if mode == "heldout":
         if args.checkpoint is None:
-            raise ValueError("--heldout needs --checkpoint (the network whose estimates are calibrated)")
+            raise OptionError("--heldout", "needs --checkpoint (the network whose estimates are calibrated)")
         if args.data is not None:
-            raise ValueError("--heldout and --data: give one (held-out mode calibrates on the --heldout flights)")
+            raise OptionError("--heldout/--data", "give one (held-out mode calibrates on the --heldout flights)")
     elif args.data is None:
-        raise ValueError("--data is required (or --checkpoint CKPT --heldout FLIGHTS)")
+        raise OptionError("--data", "is required (or --checkpoint CKPT --heldout FLIGHTS)")
     if mode == "cross-fit":
         if args.cross_fit < 2:
-            raise ValueError(f"--cross-fit must be >= 2 folds, got {args.cross_fit}")
+            raise OptionError("--cross-fit", f"must be >= 2 folds, got {args.cross_fit}")
         if not 0 < args.fold_minutes <= 24 * 60:
-            raise ValueError(f"--fold-minutes must be in (0, 1440], got {args.fold_minutes}")
+            raise OptionError("--fold-minutes", f"must be in (0, 1440], got {args.fold_minutes}")
         if args.checkpoint is not None and args.variant is not None:
-            raise ValueError("--variant and --checkpoint: give one (the fold models use the checkpoint's recipe)")
+            raise OptionError("--variant/--checkpoint", "give one (the fold models use the checkpoint's recipe)")
     elif args.folds_dir is not None or args.variant is not None:
-        raise ValueError("--folds-dir and --variant apply to --cross-fit only")
-    if not args.meas_sigma > 0:
-        raise ValueError(f"--meas-sigma must be > 0 m/s, got {args.meas_sigma}")
-    if mode == "synthetic":
-        if args.checkpoint is not None:
-            raise ValueError("--checkpoint needs --heldout (held-out mode) or --cross-fit K (its recipe)")
+        raise OptionError("--folds-dir/--variant", "apply to --cross-fit only")
+    if not (args.meas_sigma > 0 and np.isfinite(args.meas_sigma)):
+        raise OptionError("--meas-sigma", f"must be a finite number > 0 m/s, got {args.meas_sigma}")
+    if mode == "synthetic" and args.checkpoint is not None:
+        raise OptionError("--checkpoint", "needs --heldout (held-out mode) or --cross-fit K (its recipe)")
     if args.max_flights is not None and args.max_flights < 1:
-        raise ValueError(f"--max-flights must be >= 1, got {args.max_flights}")
-    if min(args.grid_points, args.max_evals, args.threads, args.workers) < 1:
-        raise ValueError("--grid-points, --max-evals, --threads and --workers must be >= 1")
+        raise OptionError("--max-flights", f"must be >= 1, got {args.max_flights}")
+    for flag, value in (
+        ("--grid-points", args.grid_points),
+        ("--max-evals", args.max_evals),
+        ("--threads", args.threads),
+        ("--workers", args.workers),
+    ):
+        if value < 1:
+            raise OptionError(flag, f"must be >= 1, got {value}")
     default = (*DEFAULT_FIT, SCALE) if mode != "synthetic" else DEFAULT_FIT
     args.fit = check_fit_names(args.fit.split(",")) if args.fit is not None else default
     if mode == "synthetic" and SCALE in args.fit:
-        raise ValueError(f"--fit {SCALE}: the network variance scale needs network estimates (--heldout / --cross-fit)")
+        raise OptionError("--fit", f"{SCALE} needs network estimates (--heldout / --cross-fit)")
 
 
 def check_out(path: Path, overwrite: bool):
@@ -122,39 +148,24 @@ def check_out(path: Path, overwrite: bool):
     return check_output_file(path, overwrite, "--out")
 
 
-def check_network(args: argparse.Namespace, heldout: list[Flight]):
-    """The ``--checkpoint`` model, checked against the held-out flights before the fit (not after it).
-
-    The variance scale is fitted on a velocity network's streaming output (VeloBins, AI-IO); a
-    baseline of Table I (TLIO, EqNIO, IMO: displacement; AirIO: attitude input) has none here.
-    """
-    from velobins_net.inference import load_checkpoint, load_predictor_config
-    from velobins_net.pretrained import resolve_checkpoint
-
-    from ..evaluate import check_fits
-
-    args.checkpoint = resolve_checkpoint(args.checkpoint)  # shipped names (crazyflie) as everywhere else
-    model = load_checkpoint(args.checkpoint)
-    if model.cfg.method != "velobins":
-        raise OptionError(
-            "--checkpoint",
-            f"{args.checkpoint} is a {model.cfg.method} model; the variance scale is fitted for a velocity "
-            "network streaming body velocity (VeloBins or AI-IO)",
-        )
-    check_fits(model, args.checkpoint, heldout)
-    window = model.cfg.window_s
-    short = [f.name for f in heldout if f.duration <= window]
-    if short:
-        raise UserError(f"{args.heldout}: flight(s) {', '.join(short)} shorter than one network window ({window:g} s)")
-    load_predictor_config(args.params)  # a bad predictor entry of --params fails now, not after the fit
-
-
 def gather(args: argparse.Namespace) -> Inputs:
-    """Every input read and checked before any training or fitting: parameter files, checkpoint, flights."""
+    """Every input read and checked before any training or fitting: checkpoint, parameter files, flights.
+
+    A shipped ``--checkpoint`` name (``crazyflie``) brings its overlay as ``--params`` unless ``--params`` is given,
+    as everywhere else.
+    """
     from velobins_ekf.params import load_filter_config
     from velobins_net.inference import load_predictor_config
 
     mode = mode_of(args)
+    if args.checkpoint is not None:
+        from velobins_net.pretrained import resolve_model
+
+        resolved = resolve_model(args.checkpoint)  # a shipped name (crazyflie) or a path
+        args.checkpoint = resolved.checkpoint
+        if not args.params and resolved.overlay is not None:
+            args.params = [resolved.overlay]
+            print(f"parameters: {resolved.overlay} (the overlay of the shipped model; --params overrides it)")
     start = Point(load_filter_config(args.params), load_predictor_config(args.params).variance_scale)
     path = args.heldout if mode == "heldout" else args.data
     all_flights, skipped = load(args, path)
@@ -174,21 +185,31 @@ def cpu_seconds() -> float:
 
 def main_calibrate(argv: list[str] | None = None) -> int:
     """Entry point of ``velobins calibrate``: options, output and every input are checked before the fit."""
-    from velobins_common.outputs import atomic_write_text
-
-    wall0, cpu0 = time.perf_counter(), cpu_seconds()
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     check_args(args)
-    check_out(args.out, args.overwrite)
+    target = check_out(args.out, args.overwrite)
+    # With --out - the overlay alone goes to stdout; the progress lines and tables go to stderr.
+    with contextlib.redirect_stdout(sys.stderr) if target.descriptor == 1 else contextlib.nullcontext():
+        return _calibrate(args, argv, target)
+
+
+def _calibrate(args: argparse.Namespace, argv: list[str], target) -> int:
+    """The checked command: gather the inputs, measure, fit, report and write the overlay to ``target``."""
+    from velobins_common.output_files import write_output_file
+
+    wall0, cpu0 = time.perf_counter(), cpu_seconds()
     inputs = gather(args)
     for line in inputs.notes:
         print(line, file=sys.stderr)
     print(inputs.describe())
 
     flights = measurements(args, inputs, log=print)
-    fitted, stages = run_fit(args, inputs, flights, log=print)
-    table = fitted_table(flights, inputs.start, fitted, args.objective, args.workers)
+    try:
+        fitted, stages = run_fit(args, inputs, flights, log=print)
+    except CalibrationRefused as exc:
+        raise CalibrationRefused(f"{exc}; {args.out} was not written") from None
+    table = fitted_table(flights, inputs.start, fitted, args.objective, args.workers, start_label(args))
     net = network_lines(flights, inputs.start.scale, fitted) if inputs.mode != "synthetic" else []
     passes = sum(st.fit.evaluations + st.curvature.evaluations for st in stages)
     wall, cpu = time.perf_counter() - wall0, cpu_seconds() - cpu0
@@ -197,13 +218,16 @@ def main_calibrate(argv: list[str] | None = None) -> int:
     print("\n".join([*report, timing]))
 
     header = [*overlay_header(args, inputs, stages, report), "", "Command: velobins calibrate " + shlex.join(argv)]
-    if args.out.parent != Path(""):
-        args.out.parent.mkdir(parents=True, exist_ok=True)
     values = fitted_values(stages)
     filter_values = {n: v for n, v in values.items() if n != SCALE}
-    atomic_write_text(args.out, overlay_text(header, filter_values, values.get(SCALE)))
+    write_output_file(target, overlay_text(header, filter_values, values.get(SCALE)))
     print(f"wrote {args.out}")
     return 0
+
+
+def start_label(args: argparse.Namespace) -> str:
+    """The 'before' row's label: the parameter files it came from, or the defaults."""
+    return f"before ({', '.join(Path(p).name for p in args.params)})" if args.params else "before (defaults)"
 
 
 if __name__ == "__main__":
