@@ -188,12 +188,12 @@ def test_cli_synthetic_end_to_end(data_dir, tmp_path, capsys):
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        (["--checkpoint", "x.pt"], "--checkpoint needs --heldout"),
+        (["--checkpoint", "x.pt"], "--checkpoint: needs --heldout"),
         (["--fit", "gravity"], "--fit"),
         (["--fit", SCALE], "needs network estimates"),
         (["--checkpoint", "x.pt", "--heldout", "h"], "--heldout/--data: give one"),
         (["--heldout", "h", "--cross-fit", "2"], "--heldout/--cross-fit: give one"),
-        (["--cross-fit", "1"], "--cross-fit must be >= 2"),
+        (["--cross-fit", "1"], "--cross-fit: must be >= 2"),
         (["--cross-fit", "2", "--fold-minutes", "0"], "--fold-minutes"),
         (["--folds-dir", "f"], "--cross-fit only"),
         (["--meas-sigma", "nan"], "--meas-sigma"),

@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from velobins_common.errors import OptionError, UserError, printable
+from velobins_common.stats import gaussian_nll
 from velobins_data.flight import Flight
 
 from .calibrate_fit import (
@@ -329,7 +330,7 @@ def network_lines(flights: list[CalibrationFlight], start_scale: float, fit: Poi
     s_net = variance_scale(err, var)
 
     def nll(s: float) -> float:
-        return float(np.mean(0.5 * np.log(2.0 * np.pi * s * var) + 0.5 * err**2 / (s * var)))
+        return gaussian_nll(err, s * var, np.zeros_like(err))
 
     ave = float(np.mean(np.linalg.norm(err, axis=1)))
     speed = float(np.mean(np.concatenate([np.linalg.norm(cf.v_true, axis=1) for cf in flights])))
