@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from velobins_eval.cli import main
 from velobins_eval.cli.train import TRAIN_LAYOUT, parse_train_args
 from velobins_net.checkpoint import read_checkpoint
@@ -46,3 +48,21 @@ def test_fine_tune_a_shipped_model_on_real_flights(tmp_path, capsys):
     ck = read_checkpoint(out / "best.pt")
     assert ck["init"]["source"] == "crazyflie" and ck["train_config"]["freeze"] == ("encoder",)
     assert list((out / "tensorboard").glob("events.out.tfevents.*")) and (out / "history.json").is_file()
+
+
+def test_val_split_tails_and_augmentation_from_the_command_line(tmp_path, capsys):
+    """``--val-split tails`` validates on the end of every flight (the demo has 2 flights: both give a tail, so
+    2 validation flights instead of the 1 whole flight that ``flights`` holds out); the ``--aug-*`` values land
+    in the checkpoint's training config; a negative spread is a usage error (exit 2)."""
+    out = tmp_path / "run"
+    argv = ["train", *BASE[:4], "--val-split", "tails", "--val-fraction", "0.2", "--variant", "reg", "--epochs", "1"]
+    argv += ["--stride", "50", "--aug-acc-bias", "0.1", "--aug-rotor-scale", "0.05", "--threads", "1"]
+    assert main([*argv, "--no-progress", "--no-tensorboard", "--out", str(out)]) == 0
+    ck = read_checkpoint(out / "best.pt")
+    assert len(ck["data"]["val"]) == 2 and len(ck["data"]["train"]) == 2
+    assert {d["name"] for d in ck["data"]["val"]} == {d["name"] for d in ck["data"]["train"]}
+    assert ck["train_config"]["augment"]["acc_bias"] == 0.1 and ck["train_config"]["augment"]["rotor_scale"] == 0.05
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as stop:  # an argparse usage error
+        main(["train", *BASE, "--aug-gyro-noise", "-1", "--out", str(tmp_path / "bad")])
+    assert stop.value.code == 2 and "argument --aug-gyro-noise: must be >= 0" in capsys.readouterr().err

@@ -120,21 +120,13 @@ def assign_folds(flights: Sequence[Flight], k: int) -> list[list[int]]:
 
 def split_for_selection(flights: Sequence[Flight], window_s: float) -> tuple[list[Flight], list[Flight]]:
     """(first 1 − :data:`SELECTION_SHARE`, last :data:`SELECTION_SHARE`) of every flight: training and selection
-    parts. A flight whose tail would be shorter than two windows is kept whole for training."""
-    train, val = [], []
-    for f in flights:
-        cut = round(len(f) * (1.0 - SELECTION_SHARE))
-        if f.t[-1] - f.t[cut] < 2.0 * window_s:
-            train.append(f)
-            continue
-        train.append(f.slice(0, cut))
-        val.append(f.slice(cut, len(f)))
-    if not val:
-        raise UserError(
-            f"cross-fit: every training flight is too short to hold out {SELECTION_SHARE:.0%} of it "
-            f"(two {window_s:g} s windows) for checkpoint selection"
-        )
-    return train, val
+    parts (:func:`velobins_net.data.split_tails`, as ``velobins train --val-split tails``)."""
+    from velobins_net.data import split_tails
+
+    try:
+        return split_tails(flights, SELECTION_SHARE, window_s)
+    except ValueError as exc:
+        raise UserError(f"cross-fit: {exc}, for checkpoint selection") from None
 
 
 def fold_record(names: list[str], heldout: list[str], recipe, minutes: float) -> dict:

@@ -164,3 +164,19 @@ def test_resume_under_a_time_budget_keeps_the_elapsed_time_and_the_epoch_cap(tmp
     more = train(_cfg(epochs=5, time_budget=10.0, resume=str(first.last_path)), flights, val, tmp_path)
     assert [h.epoch for h in more.history] == [0, 1, 2, 3, 4]
     assert more.history[-1].elapsed_s > first.history[-1].elapsed_s
+
+
+def test_split_tails_holds_out_the_end_of_every_long_enough_flight():
+    from velobins_net.data import split_tails
+
+    long_a, long_b, short = make_flight(1, duration=20.0), make_flight(2, duration=12.0), make_flight(3, duration=3.0)
+    train_part, val_part = split_tails([long_a, long_b, short], 0.2, 1.0)
+    assert [f.name for f in val_part] == [long_a.name, long_b.name]
+    assert len(train_part) == 3 and len(train_part[2].t) == len(short.t)  # too short: kept whole for training
+    for whole, head, tail in ((long_a, train_part[0], val_part[0]), (long_b, train_part[1], val_part[1])):
+        assert len(head.t) + len(tail.t) == len(whole.t) and head.t[-1] < tail.t[0]
+        assert len(tail.t) == pytest.approx(0.2 * len(whole.t), abs=1)
+    with pytest.raises(ValueError, match="too short"):
+        split_tails([short], 0.2, 1.0)
+    with pytest.raises(ValueError, match=r"\(0, 1\)"):
+        split_tails([long_a], 1.0, 1.0)

@@ -107,6 +107,31 @@ def window_displacements(pos: np.ndarray, rot: np.ndarray, window_len: int) -> n
     return out
 
 
+def split_tails(flights: Seq[Flight], share: float, window_s: float) -> tuple[list[Flight], list[Flight]]:
+    """(first 1 − ``share``, last ``share``) of every flight: training and validation parts.
+
+    Checkpoint selection on windows from every flight does not hinge on which one or two flights were held
+    out, the failure of small data sets. A flight whose tail would be shorter than two windows is kept whole
+    for training (a window needs ``window_s`` of history).
+
+    Raises:
+        ValueError: when ``share`` is not in (0, 1) or no flight is long enough to give a tail.
+    """
+    if not 0.0 < share < 1.0:
+        raise ValueError(f"the share held out of every flight must be in (0, 1), got {share}")
+    train, val = [], []
+    for f in flights:
+        cut = round(len(f.t) * (1.0 - share))
+        if cut <= 0 or f.t[-1] - f.t[cut] < 2.0 * window_s:
+            train.append(f)
+            continue
+        train.append(f.slice(0, cut))
+        val.append(f.slice(cut, len(f.t)))
+    if not val:
+        raise ValueError(f"every flight is too short to hold out {share:.0%} of it (two {window_s:g} s windows)")
+    return train, val
+
+
 class WindowDataset(Dataset):
     """All windows of a set of flights, over one contiguous float32 array.
 

@@ -36,6 +36,7 @@ from velobins_common.progress import progress_bar
 from velobins_data.flight import Flight
 
 from .accel import reuse_freed_memory
+from .augment import Augmentation
 from .bins import BinGrid, velocity_range_from
 from .checkpoint import CheckpointError, git_commit, read_checkpoint, resumed_best, save_checkpoint
 from .config import ModelConfig, config_differences
@@ -111,6 +112,7 @@ class TrainConfig:
             path; rotor count and kind, normalisation and velocity range may differ, the architecture may not.
         freeze: submodules not to train (encoder, bins, cov, or a dotted path such as encoder.layers.0).
         tensorboard: write a TensorBoard event log to <out>/tensorboard beside history.json.
+        augment: sensor augmentation of the training windows (:mod:`.augment`; off in the paper).
     """
 
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -141,9 +143,12 @@ class TrainConfig:
     init_from: str | None = None
     freeze: tuple[str, ...] = ()
     tensorboard: bool = True
+    augment: Augmentation = field(default_factory=Augmentation)
 
     def __post_init__(self) -> None:
         parse_variant(self.variant)
+        if isinstance(self.augment, dict):  # from a checkpoint's train_config
+            object.__setattr__(self, "augment", Augmentation(**self.augment))
         object.__setattr__(self, "freeze", tuple(self.freeze))
         if self.precision not in PRECISIONS:
             raise ValueError(f"TrainConfig.precision: must be one of {PRECISIONS}, got {self.precision!r}")
@@ -383,7 +388,7 @@ def _train(
             stop = budget_stop(planner.deadline() if planner is not None else None, dd, device)
             loss, done = train_epoch(
                 model, core, train_ds, batches, optimizer, variant, grid, use_nll, device, bar, schedule, stop,
-                precision, scaler,
+                precision, scaler, cfg.augment,
             )  # fmt: skip
             rate = sum(len(b) for b in batches[:done]) * dd.world / max(time.perf_counter() - t0, 1e-9)
             bar.close()

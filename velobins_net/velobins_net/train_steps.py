@@ -17,6 +17,7 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
+from .augment import Augmentation, augment_windows
 from .bins import BinGrid
 from .config import LAMBDA_KL
 from .data import WindowDataset
@@ -141,6 +142,7 @@ def train_epoch(
     stop: Callable[[], bool] | None = None,
     precision: Precision | None = None,
     scaler: torch.amp.GradScaler | None = None,
+    augment: Augmentation | None = None,
 ) -> tuple[float, int]:
     """One pass over ``batches``: (mean training loss, batches done). ``model`` may be the DDP wrapper of ``core``.
 
@@ -148,7 +150,8 @@ def train_epoch(
     LR and weight 1); the pass stops early when ``stop()`` says so, asked before every step but the
     first (so even a run whose set-up used up the budget ends with a trained checkpoint; under DDP
     every rank must get the same answer: :func:`velobins_net.train.budget_stop` asks rank 0).
-    ``precision`` runs the forward pass under autocast; ``scaler`` scales the loss (float16).
+    ``precision`` runs the forward pass under autocast; ``scaler`` scales the loss (float16). ``augment``
+    draws sensor noise, biases and a rotor-signal scale onto each raw training window (:mod:`.augment`).
     """
     model.train()
     centres = core.bins.centres if getattr(core, "bins", None) is not None else torch.empty(0, device=device)
@@ -162,6 +165,8 @@ def train_epoch(
             for group in optimizer.param_groups:
                 group["lr"] = lr
         x, y = ds.gather(idx)
+        if augment is not None:
+            x = augment_windows(x, augment, core.cfg.num_rotors)
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         if precision is None or precision.dtype is None:
             out = model(x)

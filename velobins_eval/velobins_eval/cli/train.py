@@ -60,6 +60,10 @@ TRAIN_FIELDS = (
 
 DEFAULT_RECIPE = "paper"
 """The recipe ``velobins train`` applies when ``--recipe`` is not given (velobins_net.schedule.RECIPES)."""
+AUG_FIELDS = ("acc_noise", "acc_bias", "gyro_noise", "gyro_bias", "rotor_scale")
+"""Augmentation fields that are options ``--aug-<field>`` of ``velobins train``."""
+VAL_SPLITS = ("flights", "tails")
+"""``--val-split``: hold out whole flights, or the tail of every flight (:func:`velobins_net.data.split_tails`)."""
 MODEL_FIELDS = ("bin_encoding", "num_bins", "baseline_width", "frame_width")
 """ModelConfig fields that are options (the rest follows from the variant and the flights)."""
 
@@ -112,6 +116,7 @@ def check_method_options(variant, method: str, given: set[str]) -> None:
 def build_parser() -> argparse.ArgumentParser:
     """Options of ``velobins train``; the training and model options come from their dataclasses."""
     from velobins_common.fields import field_docs
+    from velobins_net.augment import Augmentation
     from velobins_net.config import BIN_ENCODINGS, ModelConfig
     from velobins_net.decoders import UNCERTAINTY_SOURCES
     from velobins_net.schedule import LR_SCHEDULES, RECIPES
@@ -122,7 +127,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dataset", required=True, choices=KINDS, help="adapter for --data/--val")
     p.add_argument("--data", required=True, type=Path, help="directory of training flights")
     p.add_argument("--val", type=Path, help="directory of validation flights (default: hold out from --data)")
-    p.add_argument("--val-fraction", type=float, default=0.1, help="share of --data held out when --val is absent")
+    p.add_argument(
+        "--val-fraction",
+        type=float,
+        default=0.1,
+        help="share of --data held out for validation when --val is absent (of the flights, or of every flight)",
+    )
+    p.add_argument(
+        "--val-split",
+        choices=VAL_SPLITS,
+        default="flights",
+        help="without --val: hold out the last flights of --data (flights), or the last --val-fraction of every "
+        "flight (tails: checkpoint selection does not hinge on one or two flights)",
+    )
     p.add_argument(
         "--variant",
         default="G+H",
@@ -162,6 +179,9 @@ def build_parser() -> argparse.ArgumentParser:
             "lr_schedule": LR_SCHEDULES,
             "precision": PRECISIONS,
         },
+    )
+    add_config_options(
+        p, Augmentation, AUG_FIELDS, flags={name: "--aug-" + name.replace("_", "-") for name in AUG_FIELDS}
     )
     p.add_argument(
         "--freeze",
@@ -291,6 +311,15 @@ def _load(args: argparse.Namespace) -> tuple[list, list, list]:
         val = load_flights(args.dataset, args.val, allow=tuple(args.allow), cache_dir=args.cache_dir)
         skipped += val.skipped
         return list(loaded.sequences), list(val.sequences), skipped
+    if args.val_split == "tails":
+        from velobins_net.config import ModelConfig
+        from velobins_net.data import split_tails
+
+        try:
+            train_seqs, val_seqs = split_tails(list(loaded.sequences), args.val_fraction, ModelConfig().window_s)
+        except ValueError as exc:
+            raise OptionError("--val-split tails", str(exc)) from None
+        return train_seqs, val_seqs, skipped
     train_seqs, val_seqs = split_validation(list(loaded.sequences), args.val_fraction)
     return train_seqs, val_seqs, skipped
 
@@ -308,6 +337,7 @@ def describe_init(init: dict) -> str:
 def _run(args: argparse.Namespace, run=None) -> int:
     import torch
 
+    from velobins_net.augment import Augmentation
     from velobins_net.config import ModelConfig
     from velobins_net.train import TrainConfig, train
 
@@ -337,6 +367,7 @@ def _run(args: argparse.Namespace, run=None) -> int:
             **config_values(args, TRAIN_FIELDS),
             resume=str(resume) if resume else None,
             freeze=args.freeze,
+            augment=Augmentation(**config_values(args, AUG_FIELDS)),
             progress=not args.no_progress,
             data_description=f"{args.dataset}: train {args.data} ({len(train_seqs)} flights), "
             f"val {args.val or 'held out'} ({len(val_seqs)} flights){notes}",

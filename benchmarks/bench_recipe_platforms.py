@@ -1,0 +1,195 @@
+"""Small-data recipe study across platforms (issue 28): G+H^B against regression at equal wall-clock budgets.
+
+Two platforms, each with training flights and separate test flights that no run sees:
+
+- ``n8``: 8 NanoBench train flights (the subset of ``bench_recipe.py``, seed 16), tested on the 4 NanoBench
+  val flights, EKF-fused with ``velobins_bringup/config/nanobench.yaml``;
+- ``rpm``: the simulator's ``rpm`` preset (0.75 kg, ESC speeds in rad/s, IMU at 200 Hz: dynamics and rotor
+  signals unlike the Crazyflie), ``velobins simulate --preset rpm --flights 13 --seconds 60 --seed 28``;
+  flights 0–9 train, 10–12 test, fused with the simulator's own IMU noise (``rpm_imu_noise.yaml`` here).
+
+Arms (``ARMS``): the defaults before this study (``--recipe paper``, the last flight held out for selection)
+for both methods, and the small-data recipe with checkpoint selection on the tail of every flight
+(``--val-split tails``), with and without sensor augmentation (``--aug-*``). Each job is one
+``velobins train`` (``--threads 1``) and one ``velobins evaluate``; finished jobs are skipped, so the study
+resumes. ``--jobs 2`` runs two at a time (both cores); ``--report`` writes ``table.md`` and ``commands.sh``
+into ``docs/results/recipe_platforms/``.
+
+    python benchmarks/bench_recipe_platforms.py --out runs/recipe28 --budgets 2 5 --jobs 2
+    python benchmarks/bench_recipe_platforms.py --out runs/recipe28 --report
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_recipe import DATA, PARAMS, ROOT, subset_dir
+
+DOCS = ROOT / "docs" / "results" / "recipe_platforms"
+RPM_PARAMS = DOCS / "rpm_imu_noise.yaml"
+SIM = ("--preset", "rpm", "--flights", "13", "--seconds", "60", "--seed", "28")
+RPM_TEST = 3
+"""The last flights of the simulated set are the test flights."""
+
+AUG = ("--aug-acc-noise", "0.1", "--aug-acc-bias", "0.1", "--aug-gyro-noise", "0.01", "--aug-gyro-bias", "0.01")
+AUG += ("--aug-rotor-scale", "0.1")
+"""Augmentation of the ``aug`` arms: white noise about a small vehicle's in-flight IMU floor at 100 Hz
+(0.1 m/s², 0.01 rad/s per sample), biases twice the simulator's turn-on spread, and ±10 % rotor-signal
+scale (battery, propellers)."""
+
+ARMS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "reg_paper": ("reg", ("--recipe", "paper", "--val-split", "flights")),
+    "gh_paper": ("G+H", ("--recipe", "paper", "--val-split", "flights")),
+    "gh_small_tails": ("G+H", ("--recipe", "small-data", "--val-split", "tails", "--val-fraction", "0.2")),
+    "gh_small_tails_aug": ("G+H", ("--recipe", "small-data", "--val-split", "tails", "--val-fraction", "0.2", *AUG)),
+    "reg_small_tails_aug": ("reg", ("--recipe", "small-data", "--val-split", "tails", "--val-fraction", "0.2", *AUG)),
+}
+"""Arm → (variant, options). ``paper`` + ``flights`` were ``velobins train``'s defaults before this study."""
+
+
+@dataclass(frozen=True)
+class Job:
+    """One run: platform, arm, budget [min]."""
+
+    platform: str
+    arm: str
+    budget: float
+
+    @property
+    def name(self) -> str:
+        return f"{self.platform}_{self.budget:g}min_{self.arm}"
+
+
+def platform_data(out: Path, platform: str) -> tuple[str, Path, Path, Path]:
+    """(dataset kind, training folder, test folder, EKF params) of ``platform``, made on first use."""
+    if platform == "n8":
+        return "nanobench", subset_dir(out, 8), DATA / "val", PARAMS
+    sim = out / "sim" / "rpm_all"
+    if not (sim / "dataset.json").exists() and not any(sim.glob("*.json")):
+        subprocess.run(["velobins", "simulate", *SIM, "--workers", "1", "--out", str(sim)], check=True, cwd=ROOT)
+    flights = sorted(sim.glob("sim_*.csv"), key=lambda p: int(p.stem.rsplit("_", 1)[1]))
+    train, test = out / "sim" / "rpm_train", out / "sim" / "rpm_test"
+    for folder, part in ((train, flights[:-RPM_TEST]), (test, flights[-RPM_TEST:])):
+        folder.mkdir(parents=True, exist_ok=True)
+        for path in part:
+            if not (folder / path.name).exists():
+                (folder / path.name).symlink_to(path.resolve())
+    return "csv", train, test, RPM_PARAMS
+
+
+def commands(job: Job, out: Path) -> tuple[list[str], list[str]]:
+    """The ``velobins train`` and ``velobins evaluate`` command lines of ``job``."""
+    kind, train_dir, test_dir, params = platform_data(out, job.platform)
+    variant, options = ARMS[job.arm]
+    run = out / job.name
+    train = ["velobins", "train", "--dataset", kind, "--data", str(train_dir), "--variant", variant, *options]
+    train += ["--time-budget", f"{job.budget:g}", "--seed", "0", "--threads", "1", "--no-progress"]
+    train += ["--cache-dir", str(out / "cache"), "--overwrite", "--out", str(run)]
+    evaluate = ["velobins", "evaluate", "--checkpoint", str(run / "best.pt"), "--dataset", kind]
+    evaluate += ["--data", str(test_dir), "--params", str(params), "--threads", "1", "--no-imu-only"]
+    evaluate += ["--cache-dir", str(out / "cache"), "--overwrite", "--out", str(run / "eval")]
+    return train, evaluate
+
+
+def run_job(job: Job, out: Path) -> str:
+    """Train and evaluate ``job`` (skipping what has finished); logs in ``<run>/train.log`` / ``eval.log``."""
+    run = out / job.name
+    train, evaluate = commands(job, out)
+    run.mkdir(parents=True, exist_ok=True)
+    if not (run / "done").exists():
+        with open(run / "train.log", "w") as log:
+            subprocess.run(["nice", "-n", "5", *train], stdout=log, stderr=subprocess.STDOUT, check=True, cwd=ROOT)
+        (run / "done").write_text("trained\n")
+    if not (run / "eval" / "metrics.json").exists():
+        with open(run / "eval.log", "w") as log:
+            subprocess.run(["nice", "-n", "5", *evaluate], stdout=log, stderr=subprocess.STDOUT, check=True, cwd=ROOT)
+    return job.name
+
+
+def row(job: Job, out: Path) -> dict | None:
+    """The table row of a finished job (None while it has no evaluation)."""
+    run = out / job.name
+    metrics = run / "eval" / "metrics.json"
+    if not metrics.exists():
+        return None
+    agg = next(iter(json.loads(metrics.read_text()).values()))["aggregate"]
+    hist = json.loads((run / "history.json").read_text())
+    import torch
+
+    best = torch.load(run / "best.pt", map_location="cpu", weights_only=False)["best"]
+    return {"epochs": len(hist), "best_epoch": best["epoch"], "cpu": hist[-1].get("cpu_s"), **agg}
+
+
+COLUMNS = (
+    ("net AVE", "net_ave", "{:.3f}"),
+    ("net NLL", "net_nll", "{:.2f}"),
+    ("fused AVE", "ave", "{:.3f}"),
+    ("fused AVE body", "ave_body", "{:.3f}"),
+    ("ATE", "ate", "{:.3f}"),
+    ("NEES median", "nees_median", "{:.2f}"),
+    ("NEES in 95 %", "nees_in_bounds", "{:.1%}"),
+)
+"""Report columns: header, ``metrics.json`` aggregate key, format."""
+
+
+def report(out: Path, jobs: list[Job], docs: Path) -> str:
+    """``table.md`` and ``commands.sh`` in ``docs`` from the finished jobs; returns the table."""
+    head = "| platform | budget [min] | arm | epochs (best) | CPU [s] | " + " | ".join(c[0] for c in COLUMNS) + " |"
+    lines = [head, "|" + "---|" * (5 + len(COLUMNS))]
+    cmds = ["# the study's commands, in its order (bench_recipe_platforms.py runs them)"]
+    for job in jobs:
+        r = row(job, out)
+        train, evaluate = commands(job, out)
+        cmds += [shlex.join(_relative(train, out)), shlex.join(_relative(evaluate, out))]
+        if r is None:
+            continue
+        cells = [fmt.format(r[key]) if isinstance(r.get(key), float) else "—" for _, key, fmt in COLUMNS]
+        cpu = f"{r['cpu']:.0f}" if r.get("cpu") else "—"
+        lines.append(
+            f"| {job.platform} | {job.budget:g} | {job.arm} | {r['epochs']} ({r['best_epoch']}) | {cpu} | "
+            + " | ".join(cells)
+            + " |"
+        )
+    docs.mkdir(parents=True, exist_ok=True)
+    table = "\n".join(lines) + "\n"
+    (docs / "table.md").write_text(table)
+    (docs / "commands.sh").write_text("\n".join(cmds) + "\n")
+    return table
+
+
+def _relative(cmd: list[str], out: Path) -> list[str]:
+    """``cmd`` with the repository root and the run folder written relative (for the docs)."""
+    return [a.replace(str(ROOT) + "/", "").replace(str(out), "runs/recipe28") for a in cmd]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", type=Path, required=True, help="study folder (runs, subsets, simulated flights)")
+    p.add_argument("--budgets", type=float, nargs="+", default=[2.0, 5.0], help="training budgets [min]")
+    p.add_argument("--platforms", nargs="+", default=["rpm", "n8"], choices=("rpm", "n8"))
+    p.add_argument("--arms", nargs="+", default=list(ARMS), choices=tuple(ARMS))
+    p.add_argument("--jobs", type=int, default=1, help="runs at a time (each uses one thread)")
+    p.add_argument("--report", action="store_true", help="write the table from what has finished, run nothing")
+    args = p.parse_args(argv)
+    out = args.out.resolve()
+    jobs = [Job(pl, arm, b) for b in args.budgets for pl in args.platforms for arm in args.arms]
+    for platform in args.platforms:
+        platform_data(out, platform)
+    if not args.report:
+        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+            for name in pool.map(lambda j: run_job(j, out), jobs):
+                print(f"done: {name}", flush=True)
+    print(report(out, jobs, DOCS))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
