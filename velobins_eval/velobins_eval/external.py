@@ -15,10 +15,15 @@ Ground truth (:func:`read_ground_truth`): a flight in any ``--dataset`` format (
 fields; ``rosbag`` for the bags ``velobins convert`` writes or the vehicle records), ``tum`` (velocity
 by central differences of the positions, :func:`numpy.gradient`), or ``euroc``
 (``state_groundtruth_estimate0/data.csv``: stamps in ns, ``p_RS_R``, ``q_RS`` w first, ``v_RS_R``).
+
+``velobins evaluate --ground-truth`` uses the same readers (:func:`read_ground_truths`: a file or a
+folder of them, format from the header or the name) and puts the ground truth on the flight's clock
+by the rules ``score`` applies to an estimate (:func:`on_flight_clock`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +31,7 @@ import numpy as np
 from scipy.spatial.transform import Rotation
 
 from velobins_common.errors import UserError
+from velobins_data.flight import Flight
 
 from .estimates import EstimateError, check_stamps, read_record_csv, read_tum, record_of_trajectory
 from .scoring import FlightRecord, GroundTruth
@@ -164,6 +170,96 @@ def read_euroc(path: Path) -> NamedGroundTruth:
     if path.parent.name == "state_groundtruth_estimate0":  # <sequence>/mav0/state_groundtruth_estimate0/data.csv
         name = next((p.name for p in path.parents[1:] if p.name and p.name != "mav0"), name)
     return NamedGroundTruth(name, GroundTruth(t, data[:, 1:4], q / norm[:, None], data[:, 8:11]))
+
+
+GROUND_TRUTH_SUFFIXES = {"tum": (".tum", ".txt", ".tum.gz", ".txt.gz"), "euroc": (".csv",)}
+"""Name endings searched for in a ground-truth folder, per format (and EuRoC's sequence layout)."""
+
+
+def guess_ground_truth_format(path: Path) -> str:
+    """``euroc`` or ``tum`` for a ground-truth file or folder: a EuRoC header (``p_RS_R_x``) or a
+    ``state_groundtruth_estimate0`` folder is EuRoC, a ``.csv`` file without a TUM line is EuRoC, anything else TUM."""
+    if path.is_dir():
+        return "euroc" if any(path.rglob(EUROC_FILE)) else "tum"
+    if not path.is_file():
+        raise EstimateError(path, "<file>", "no such file or directory")
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4096).decode("utf-8", errors="replace")
+    except OSError as exc:
+        raise EstimateError(path, "<file>", f"cannot read ({exc.strerror})") from None
+    first = next((line for line in head.splitlines() if line.strip()), "")
+    return "euroc" if "p_RS_R_x" in first or path.suffix == ".csv" else "tum"
+
+
+def read_ground_truths(path: str | Path, fmt: str = "auto") -> dict[str, NamedGroundTruth]:
+    """Every ground truth under ``path`` by flight name: a TUM or EuRoC file (one), or a folder of them.
+
+    ``fmt`` is ``tum``, ``euroc`` or ``auto`` (:func:`guess_ground_truth_format`). A folder's files are
+    named by the flight they belong to (``<flight>.tum``, ``<flight>.csv``, or EuRoC's
+    ``<flight>/mav0/state_groundtruth_estimate0/data.csv``); every file is read, and checked, now.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise EstimateError(path, "<file>", "no such file or directory")
+    fmt = guess_ground_truth_format(path) if fmt == "auto" else fmt
+    if fmt not in GROUND_TRUTH_FORMATS:
+        raise ValueError(f"unknown ground-truth format {fmt!r}; expected one of {GROUND_TRUTH_FORMATS}")
+    if path.is_file():
+        files = [path]
+    elif fmt == "euroc" and any(path.rglob(EUROC_FILE)):
+        files = sorted(path.rglob(EUROC_FILE))
+    else:
+        files = sorted(p for p in path.rglob("*") if p.is_file() and p.name.endswith(GROUND_TRUTH_SUFFIXES[fmt]))
+    if not files:
+        wanted = ", ".join(GROUND_TRUTH_SUFFIXES[fmt])
+        raise EstimateError(path, "<file>", f"no {fmt} ground-truth file in this folder (searched {wanted})")
+    found: dict[str, NamedGroundTruth] = {}
+    for file in files:
+        gt = read_ground_truth(file, fmt)
+        if gt.name in found:
+            raise EstimateError(file, "<file>", f"a second ground truth for flight {gt.name!r}")
+        found[gt.name] = gt
+    return found
+
+
+def ground_truth_for(flight: Flight, found: dict[str, NamedGroundTruth], given: Path) -> GroundTruth:
+    """The ground truth of ``flight`` among ``found``: the one of its name, or the one file given for one flight."""
+    if flight.name in found:
+        return found[flight.name].truth
+    if len(found) == 1 and given.is_file():
+        return next(iter(found.values())).truth
+    names = ", ".join(sorted(found)[:8])
+    raise UserError(f"{given}: no ground truth for flight {flight.name!r} (ground truths found: {names})")
+
+
+STAMP_TOLERANCE = 1e-6
+"""[s] How far outside the ground truth's span a flight stamp may lie and still be kept (at the end sample): a
+float64 second near an epoch time (1.7e9 s) is 0.24 µs wide, so a flight's own clock exported in EuRoC's integer
+nanoseconds and read back can land a step outside the flight's first or last stamp."""
+
+
+def on_flight_clock(flight: Flight, gt: GroundTruth, given: Path) -> tuple[Flight, int]:
+    """``flight`` with the ground truth ``gt`` in place of its own, and how many of its samples were dropped.
+
+    The rules of ``velobins score`` (:func:`clip_to_ground_truth`, :meth:`GroundTruth.at`): the flight
+    keeps its samples inside the ground truth's time span, and ``gt`` is interpolated at their stamps
+    (linear position and velocity, slerp orientation); a flight stamp within :data:`STAMP_TOLERANCE` of
+    the span counts as inside, since one clock written in ns and read back moves by a float64 step.
+    Fewer than 2 samples in common raises one :class:`UserError` naming both spans (the clocks differ).
+    """
+    keep = np.flatnonzero((flight.t >= gt.t[0] - STAMP_TOLERANCE) & (flight.t <= gt.t[-1] + STAMP_TOLERANCE))
+    if keep.size < 2:
+        raise UserError(
+            f"{given}: ground truth spans [{gt.t[0]:.3f}, {gt.t[-1]:.3f}] s, flight {flight.source} "
+            f"[{flight.t[0]:.3f}, {flight.t[-1]:.3f}] s: fewer than 2 samples in common; are both on the same clock "
+            "(seconds)?"
+        )
+    part = flight.slice(int(keep[0]), int(keep[-1]) + 1)
+    at = gt.at(np.clip(part.t, gt.t[0], gt.t[-1]))  # a stamp within STAMP_TOLERANCE outside takes the end sample
+    metadata = dict(flight.metadata, ground_truth=str(given))
+    resampled = dataclasses.replace(part, p=at.p, q=at.q, v=at.v, metadata=metadata)
+    return resampled, len(flight) - len(part)
 
 
 def clip_to_ground_truth(record: FlightRecord, gt: GroundTruth) -> tuple[FlightRecord, int]:

@@ -18,6 +18,7 @@ from velobins_eval.evaluate import (
     model_params,
     write_report_atomically,
 )
+from velobins_eval.external import GROUND_TRUTH_FORMATS
 from velobins_eval.scoring import FlightRecord, GroundTruth
 
 from .options import add_allow_option, add_flights_options, add_params_option, add_threads_option, check_threads
@@ -48,6 +49,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_allow_option(parser, "score flights that fail this plausibility check; recorded in config.json")
     parser.add_argument(
+        "--ground-truth",
+        type=Path,
+        help="score against this ground truth instead of the flights' own: a TUM or EuRoC file (one flight), or a "
+        "folder of them named by flight (<flight>.tum, <flight>.csv, <flight>/mav0/state_groundtruth_estimate0/"
+        "data.csv); interpolated onto each flight's clock, samples outside its span dropped (as velobins score)",
+    )
+    parser.add_argument(
+        "--ground-truth-format",
+        default="auto",
+        choices=("auto", *GROUND_TRUTH_FORMATS),
+        help="format of --ground-truth (default: from the header or the name: EuRoC's p_RS_R_x header or a .csv is "
+        "euroc, anything else tum)",
+    )
+    parser.add_argument(
         "--cache-dir", type=Path, help="keep parsed flights here (npz) and reuse them while the files are unchanged"
     )
     return parser
@@ -71,6 +86,35 @@ def checkpoint_labels(given: list[Path], variants: list[str], resolved: list[Pat
     return labels
 
 
+def with_ground_truth(flights: list, truths: dict, given: Path, allow: tuple[str, ...]) -> list:
+    """The flights with the ground truth of ``--ground-truth`` on their clocks (samples outside it dropped, said on
+    standard error), each checked for plausibility again since its ground truth changed."""
+    from velobins_data.validate import check_flight, parse_allow
+    from velobins_eval.external import ground_truth_for, on_flight_clock
+
+    out = []
+    for flight in flights:
+        resampled, dropped = on_flight_clock(flight, ground_truth_for(flight, truths, given), given)
+        if dropped:
+            print(f"{flight.name}: {dropped} sample(s) outside the ground truth's time span, not used", file=sys.stderr)
+        check_flight(resampled, parse_allow(allow))
+        out.append(resampled)
+    return out
+
+
+def _ground_truth_config(args: argparse.Namespace) -> dict | str:
+    """What ``config.json`` says about the ground truth: the flights' own, or the file and format given."""
+    if args.ground_truth is None:
+        return "the flights' own"
+    from velobins_eval.external import guess_ground_truth_format
+
+    fmt = args.ground_truth_format
+    return {
+        "path": str(args.ground_truth),
+        "format": guess_ground_truth_format(args.ground_truth) if fmt == "auto" else fmt,
+    }
+
+
 def main_evaluate(argv: list[str] | None = None) -> int:
     """Entry point of ``velobins evaluate``: every input is checked before the first flight is scored."""
     args = build_parser().parse_args(argv)
@@ -78,6 +122,7 @@ def main_evaluate(argv: list[str] | None = None) -> int:
     import torch
 
     from velobins_data.datasets import load_flights
+    from velobins_eval.external import read_ground_truths
     from velobins_net.checkpoint import read_checkpoint
     from velobins_net.inference import load_predictor_config
     from velobins_net.pretrained import resolve_model
@@ -90,6 +135,7 @@ def main_evaluate(argv: list[str] | None = None) -> int:
     for _, m in models:
         files, why = model_params(m.overlay, args.params)
         configs.append((files, why, load_ekf_config(files), load_predictor_config(files)))
+    truths = read_ground_truths(args.ground_truth, args.ground_truth_format) if args.ground_truth else None
     # --overwrite keeps the earlier report until the new one is complete (the run is staged and
     # committed by write_report_atomically), so a failed evaluation loses nothing.
     with open_run_dir(args.out, EVALUATE_LAYOUT, output_mode(overwrite=args.overwrite)) as run:
@@ -98,6 +144,8 @@ def main_evaluate(argv: list[str] | None = None) -> int:
         for item in loaded.skipped:
             print(f"skipped {item.path}: {item.reason}", file=sys.stderr)
         flights = list(loaded.sequences)
+        if truths is not None:
+            flights = with_ground_truth(flights, truths, args.ground_truth, tuple(args.allow))
         all_records: dict[str, dict[str, FlightRecord]] = {}
         filters: dict[str, dict] = {}
         for (_, m), name, (files, why, ekf_config, predictor_config) in zip(models, labels, configs, strict=True):
@@ -119,6 +167,7 @@ def main_evaluate(argv: list[str] | None = None) -> int:
             "params": [str(p) for p in args.params],
             "predictor": dataclasses.asdict(configs[0][3]),
             "allowed_checks": list(args.allow),
+            "ground_truth": _ground_truth_config(args),
             "skipped_flights": [{"path": str(i.path), "reason": i.reason} for i in loaded.skipped],
         }
         table = write_report_atomically(all_records, gts, run, config, filters)
