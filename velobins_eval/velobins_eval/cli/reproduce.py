@@ -12,7 +12,8 @@ from velobins_common.fields import add_config_options, config_values, field_docs
 from velobins_data.datasets import KINDS
 from velobins_eval.reproduce.commands import Options, reproduce
 from velobins_eval.reproduce.engine import EXECUTORS, SlurmConfig
-from velobins_eval.reproduce.plan import SCHEDULES, parse_tables
+from velobins_eval.reproduce.given import resolve_given
+from velobins_eval.reproduce.plan import IMU_ONLY, SCHEDULES, parse_tables, plan
 
 SLURM_FIELDS = ("partition", "time", "cpus_per_task", "gpus", "array_parallelism", "mem_gb")
 """SlurmConfig fields that are ``--slurm-*`` options (defaults and help from the dataclass)."""
@@ -69,6 +70,15 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         help="ROS parameter file with velobins_ekf filter overrides (e.g. velobins_bringup/config/nanobench.yaml)",
     )
+    p.add_argument(
+        "--checkpoint",
+        action="append",
+        default=[],
+        metavar="NAME_OR_PATH",
+        help="also score this checkpoint or shipped model (e.g. crazyflie) on each split beside the trained rows "
+        "(repeatable); a shipped model brings its EKF overlay unless --params is given; the report lists each "
+        "row's filter parameters",
+    )
     slurm = p.add_argument_group("Slurm (with --executor slurm)")
     add_config_options(
         slurm,
@@ -103,6 +113,9 @@ def parse_options(argv: list[str] | None = None) -> Options:
             setattr(args, name, getattr(args, name).resolve())
     if args.jobs < 1:
         raise OptionError("--jobs", f"must be >= 1, got {args.jobs}")
+    tables = parse_tables(args.tables)
+    _, units = plan(SCHEDULES[args.schedule], tables)
+    checkpoints = resolve_given(args.checkpoint, reserved=(*sorted({u.row for u in units}), IMU_ONLY))
     command = shlex.join(["velobins", "reproduce", *(sys.argv[2:] if argv is None else argv)])
     opts = Options(
         dataset=args.dataset,
@@ -117,9 +130,10 @@ def parse_options(argv: list[str] | None = None) -> Options:
         progress=not args.no_progress,
         params=tuple(args.params),
         command=command,
-        tables=parse_tables(args.tables),
+        tables=tables,
         executor=args.executor,
         slurm=SlurmConfig(**config_values(args, SLURM_FIELDS), setup=tuple(args.slurm_setup)),
+        checkpoints=checkpoints,
     )
     return opts
 

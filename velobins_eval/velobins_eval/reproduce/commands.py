@@ -28,6 +28,7 @@ from ..report import KEYS
 from .engine import Engine, SlurmConfig
 from .errors import ReproduceError
 from .evaluation import keeps_records
+from .given import GivenCheckpoint, score_given, trained_filter
 from .manifest import check_data_outside, check_flights, check_manifest, remove_stale_temps, run_manifest
 from .plan import (
     HEADLINE,
@@ -69,6 +70,7 @@ class Options:
         tables: the tables to reproduce (:data:`~velobins_eval.reproduce.plan.TABLES`).
         executor: the job engine, ``local`` or ``slurm`` (:mod:`.engine`).
         slurm: resources of each job with ``--executor slurm``.
+        checkpoints: checkpoints given to be scored on each split beside the trained rows (:mod:`.given`).
     """
 
     dataset: str
@@ -86,6 +88,7 @@ class Options:
     tables: tuple[str, ...] = TABLES
     executor: str = "local"
     slurm: SlurmConfig = field(default_factory=SlurmConfig)
+    checkpoints: tuple[GivenCheckpoint, ...] = ()
 
 
 def reproduce(opts: Options, on_done: Callable[[Any], None] | None = None) -> int:
@@ -138,10 +141,16 @@ def _run(
         seqs = split_seqs[split]
         results = [load_unit(unit_path(opts.out, split, u)) for u in [*units, EvalUnit(IMU_ONLY, "")]]
         outcome = score_split(split, results, seqs)
+        given_rows, given_filters = score_given(opts.checkpoints, seqs, opts.params)
+        outcome.rows.update(given_rows)
+        outcome.given = tuple(given_rows)
+        outcome.filters = {"trained rows": trained_filter(opts.params, ekf)} | given_filters
         write_split(outcome, opts.out / split, opts.schedule, schedule, counts, opts.tables)
         config = run_config(opts, schedule, data, counts, split, ekf, train_s, time.monotonic() - wall0)
+        config["filters"] = outcome.filters
         atomic_write_text(opts.out / split / "config.json", json.dumps(config, indent=1))
-        print(table({n: row_cells(outcome.rows, n) for n in (REGRESSION, HEADLINE, IMU_ONLY)}, KEYS))
+        shown = (REGRESSION, HEADLINE, *outcome.given, IMU_ONLY)
+        print(table({n: row_cells(outcome.rows, n) for n in shown}, KEYS))
         print(f"{split}: {opts.out / split / 'report.md'}")
     print(f"reproduce: done in {time.monotonic() - wall0:.0f} s")
     return 0
@@ -205,6 +214,7 @@ def run_config(
         "slurm": dataclasses.asdict(opts.slurm) if opts.executor == "slurm" else None,
         "device": opts.device,
         "ekf_params": [str(p) for p in opts.params],
+        "checkpoints": {g.label: str(g.checkpoint) for g in opts.checkpoints},
         "ekf": dataclasses.asdict(ekf),
         "training_s": {k: round(v, 1) for k, v in train_s.items()},
         "host_cpus": os.cpu_count(),

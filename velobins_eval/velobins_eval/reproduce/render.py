@@ -19,8 +19,9 @@ from velobins_data.datasets.nanobench import TRAJECTORY_SHAPES, trajectory_shape
 from .. import metrics
 from ..estimates import write_estimates
 from ..report import KEYS, write_metrics_json
-from ..scoring import GroundTruth
+from ..scoring import ALL_KEYS, GroundTruth
 from .figures import bins_figure, methods_figure, nees_figure, trajectory_figures
+from .given import filters_section
 from .paper import differences_paragraph, paper_vs_measured, table1_vs_paper
 from .plan import (
     BASELINE_ROWS,
@@ -130,6 +131,18 @@ def render_report(
     body = [line for name, lines in sections.items() if name in tables for line in lines]
     if "I" not in tables:
         body += ["## Main-table layout by trajectory shape (EKF-fused)", "", shape_table(rows), ""]
+    if outcome.given:
+        given = {name: row_cells(rows, name) for name in (REGRESSION, HEADLINE, *outcome.given)}
+        body += [
+            "## Given checkpoints (--checkpoint) beside the trained rows",
+            "",
+            table(given, ALL_KEYS),
+            "",
+            "Each given checkpoint is one model (no seeds), scored by the code path of velobins evaluate with its "
+            "filter parameters (below); the trained rows are this run's.",
+            "",
+        ]
+    body += filters_section(outcome.filters)
     tail = [
         "## NEES",
         "",

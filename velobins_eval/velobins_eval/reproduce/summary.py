@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -82,6 +82,10 @@ class SplitOutcome:
     nees: dict[str, np.ndarray]
     records: dict[str, dict[str, Any]]
     seqs: list
+    given: tuple[str, ...] = ()
+    """Rows of checkpoints given with ``--checkpoint`` (:mod:`.given`), scored beside the trained rows."""
+    filters: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Rows (or ``trained rows``) -> the filter parameters they used (:func:`.given.filters_section`)."""
 
 
 def score_split(name: str, results: list[UnitResult], seqs: list) -> SplitOutcome:
