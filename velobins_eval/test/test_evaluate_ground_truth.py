@@ -68,6 +68,36 @@ def test_tum_and_euroc_ground_truth_give_the_flights_own_row(flight_and_exports,
     assert json.loads((tmp_path / "own" / "config.json").read_text())["ground_truth"] == "the flights' own"
 
 
+def _bag_without_ground_truth(flight_csv: Path, bag: Path) -> None:
+    """The flight as a bag of its IMU and rotor topics only: a flight recorded without motion capture."""
+    from rosbags.rosbag2 import Reader, StoragePlugin, Writer
+
+    from velobins_data.bag import TOPIC_GT, typestore, write_bag
+    from velobins_data.datasets import load_flight
+
+    full = bag.parent / "with_gt"
+    write_bag(load_flight("csv", flight_csv), full)
+    with Reader(full) as reader, Writer(bag, version=9, storage_plugin=StoragePlugin.MCAP) as writer:
+        kept = [c for c in reader.connections if c.topic != TOPIC_GT]
+        out = {c.id: writer.add_connection(c.topic, c.msgtype, typestore=typestore()) for c in kept}
+        for conn, stamp, raw in reader.messages(connections=kept):
+            writer.write(out[conn.id], stamp, raw)
+
+
+def test_a_bag_recorded_without_motion_capture_is_scored_against_the_export(flight_and_exports, tmp_path: Path) -> None:
+    flights, tum, _ = flight_and_exports
+    bags = tmp_path / "bags"
+    bags.mkdir()
+    _bag_without_ground_truth(flights / f"{FLIGHT}.csv", bags / FLIGHT)
+    own = _evaluate(flights, tmp_path / "own")
+    argv = ["evaluate", "--checkpoint", "crazyflie-reg", "--dataset", "rosbag", "--data", str(bags), "--no-imu-only"]
+    assert main([*argv, "--ground-truth", str(tum), "--out", str(tmp_path / "bag")]) == 0
+    got = json.loads((tmp_path / "bag" / "metrics.json").read_text())["reg"]["flights"][FLIGHT]
+    for key in PAPER_KEYS + EXTRA_KEYS:  # the bag stores stamps in ns: the flight's clock moves by < 1 µs
+        assert got[key] == pytest.approx(own[key], rel=1e-4), key
+    assert main([*argv, "--out", str(tmp_path / "no_gt")]) == 2  # without --ground-truth the bag has none
+
+
 def test_a_clipped_ground_truth_drops_the_flights_samples_outside_it(flight_and_exports, tmp_path: Path) -> None:
     """A ground truth covering only the flight's second half: the filter starts there, from that ground truth."""
     from velobins_eval.estimates import read_tum, write_tum

@@ -223,14 +223,14 @@ def read_ground_truths(path: str | Path, fmt: str = "auto") -> dict[str, NamedGr
     return found
 
 
-def ground_truth_for(flight: Flight, found: dict[str, NamedGroundTruth], given: Path) -> GroundTruth:
-    """The ground truth of ``flight`` among ``found``: the one of its name, or the one file given for one flight."""
-    if flight.name in found:
-        return found[flight.name].truth
+def ground_truth_for(flight: str, found: dict[str, NamedGroundTruth], given: Path) -> GroundTruth:
+    """The ground truth of the flight named ``flight`` among ``found``: the one of its name, or the one file given."""
+    if flight in found:
+        return found[flight].truth
     if len(found) == 1 and given.is_file():
         return next(iter(found.values())).truth
     names = ", ".join(sorted(found)[:8])
-    raise UserError(f"{given}: no ground truth for flight {flight.name!r} (ground truths found: {names})")
+    raise UserError(f"{given}: no ground truth for flight {flight!r} (ground truths found: {names})")
 
 
 STAMP_TOLERANCE = 1e-6

@@ -20,7 +20,9 @@ the previous sample's hemisphere, so a sign change of the source does not interp
 zero). Repeated IMU stamps (a restamped duplicate) are dropped and counted in the metadata.
 
 Topics are found by name: the one topic of the right type ending in ``imu``, ``rotor_speeds`` and
-``ground_truth/odometry`` (several namespaces in one bag: pass ``namespace``).
+``ground_truth/odometry`` (several namespaces in one bag: pass ``namespace``). A bag recorded without
+motion capture loads when its ground truth comes from elsewhere (``ground_truth=``, ``velobins evaluate
+--ground-truth``).
 """
 
 from __future__ import annotations
@@ -59,15 +61,18 @@ STREAMS = {
 TF_STATIC = "/tf_static"
 
 
-def find_topics(connections: list[tuple[str, str]], namespace: str | None, source: Path) -> dict[str, str]:
-    """Stream -> topic among the bag's ``(topic, type)`` pairs (module docstring).
+def find_topics(
+    connections: list[tuple[str, str]], namespace: str | None, source: Path, streams: tuple[str, ...] = tuple(STREAMS)
+) -> dict[str, str]:
+    """Stream -> topic among the bag's ``(topic, type)`` pairs (module docstring), for the ``streams`` wanted.
 
     Raises:
         DatasetError: a stream is missing (the message lists the topics of that type) or found
             under several namespaces without ``namespace``.
     """
     out = {}
-    for stream, (msgtype, name) in STREAMS.items():
+    for stream in streams:
+        msgtype, name = STREAMS[stream]
         typed = sorted(t for t, m in connections if m == msgtype)
         if namespace is not None:
             wanted = f"{namespace.rstrip('/')}/{name}" if namespace.strip("/") else f"/{name}"
@@ -117,8 +122,24 @@ def _imu_rotation(frames: set[str], tree: StaticTransformTree, source: Path, top
     return rot
 
 
-def load_rosbag(path: str | Path, *, namespace: str | None = None, gravity: float | None = None) -> Flight:
+GroundTruthSource = Callable[[str], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
+"""Ground truth from elsewhere, by flight (bag folder) name: stamps [s] on the bag's clock, world position,
+body->world quaternion (x, y, z, w), world velocity; raises a ``UserError`` for a flight it has none for."""
+EXTERNAL = "<external ground truth>"
+
+
+def load_rosbag(
+    path: str | Path,
+    *,
+    namespace: str | None = None,
+    gravity: float | None = None,
+    ground_truth: GroundTruthSource | None = None,
+) -> Flight:
     """Read a recorded bag (the folder, or a file in it) into a :class:`Flight` (module docstring).
+
+    ``ground_truth`` (``velobins evaluate --ground-truth``): the ground truth comes from it instead of
+    the bag, which then needs no ``ground_truth/odometry`` topic (a flight recorded without motion
+    capture); it is cut and interpolated like the topic's (velocity taken as world frame).
 
     Raises:
         DatasetError: not a readable bag, a stream missing or ambiguous, too few samples, streams that
@@ -136,7 +157,8 @@ def load_rosbag(path: str | Path, *, namespace: str | None = None, gravity: floa
     imu, rotor, gt, kinds, frames = [], [], [], set(), set()
     tree = StaticTransformTree()
     try:
-        topics = find_topics([(c.topic, c.msgtype) for c in reader.connections], namespace, bag)
+        wanted_streams = ("imu", "rotor") if ground_truth is not None else tuple(STREAMS)
+        topics = find_topics([(c.topic, c.msgtype) for c in reader.connections], namespace, bag, wanted_streams)
         wanted = {*topics.values(), TF_STATIC}
         conns = [c for c in reader.connections if c.topic in wanted]
 
@@ -152,7 +174,7 @@ def load_rosbag(path: str | Path, *, namespace: str | None = None, gravity: floa
                 kinds.add(int(msg.kind))
                 speeds = np.asarray(msg.speeds, dtype=np.float64)
                 rotor.append((_stamp(msg.header), speeds * (RPM_TO_RAD_PER_S if msg.kind == KIND_RPM else 1.0)))
-            elif topic == topics["ground_truth"]:
+            elif topic == topics.get("ground_truth"):
                 p, q, v = msg.pose.pose.position, msg.pose.pose.orientation, msg.twist.twist.linear
                 gt.append([_stamp(msg.header), p.x, p.y, p.z, q.x, q.y, q.z, q.w, v.x, v.y, v.z])
             else:
@@ -164,6 +186,9 @@ def load_rosbag(path: str | Path, *, namespace: str | None = None, gravity: floa
                         raise DatasetError(bag, TF_STATIC, str(exc)) from None
     finally:
         reader.close()
+    if ground_truth is not None:
+        topics["ground_truth"] = EXTERNAL
+        gt = np.column_stack(ground_truth(bag.name)).tolist()
     return _flight(bag, topics, imu, rotor, gt, kinds, _imu_rotation(frames, tree, bag, topics["imu"]), gravity)
 
 
@@ -200,6 +225,13 @@ def _flight(
     gt = np.asarray(gt_rows, dtype=np.float64)
     start, end = max(imu[0, 0], rt[0], gt[0, 0]), min(imu[-1, 0], rt[-1], gt[-1, 0])
     inside = (imu[:, 0] >= start) & (imu[:, 0] <= end)
+    if inside.sum() < 2 and topics["ground_truth"] == EXTERNAL:
+        raise DatasetError(
+            bag,
+            "<file>",
+            f"the ground truth [{gt[0, 0]:.3f}, {gt[-1, 0]:.3f}] s does not overlap the IMU and rotor streams "
+            f"[{max(imu[0, 0], rt[0]):.3f}, {min(imu[-1, 0], rt[-1]):.3f}] s; are both on the same clock (seconds)?",
+        )
     if inside.sum() < 2:
         raise DatasetError(bag, "<file>", f"the IMU, rotor and ground-truth streams do not overlap in time ({topics})")
     imu = imu[inside]
@@ -213,7 +245,10 @@ def _flight(
     q = interp_columns(tq, t_gt, _continuous(q_src))
     q /= np.linalg.norm(q, axis=1, keepdims=True)
     twist = gt[:, 8:11]
-    if np.any(twist != 0.0):
+    if topics["ground_truth"] == EXTERNAL:  # world-frame velocity already
+        v = interp_columns(tq, t_gt, twist)
+        gt_velocity = "external, world frame"
+    elif np.any(twist != 0.0):
         v_body = interp_columns(tq, t_gt, twist)
         v = np.einsum("nij,nj->ni", np.stack([quaternion_to_matrix(qi) for qi in q]), v_body)
         gt_velocity = "twist"

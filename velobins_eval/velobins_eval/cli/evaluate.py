@@ -94,12 +94,26 @@ def with_ground_truth(flights: list, truths: dict, given: Path, allow: tuple[str
 
     out = []
     for flight in flights:
-        resampled, dropped = on_flight_clock(flight, ground_truth_for(flight, truths, given), given)
+        resampled, dropped = on_flight_clock(flight, ground_truth_for(flight.name, truths, given), given)
         if dropped:
             print(f"{flight.name}: {dropped} sample(s) outside the ground truth's time span, not used", file=sys.stderr)
         check_flight(resampled, parse_allow(allow))
         out.append(resampled)
     return out
+
+
+def _adapter_options(args: argparse.Namespace, truths: dict | None) -> dict:
+    """``load_flights`` options: the cache, or, for a recorded bag with ``--ground-truth``, the ground truth itself
+    (the bag then needs no ground-truth topic; not cached, since the flight's span depends on it)."""
+    if truths is None or args.dataset != "rosbag":
+        return {"cache_dir": args.cache_dir}
+    from velobins_eval.external import ground_truth_for
+
+    def source(name: str) -> tuple:
+        gt = ground_truth_for(name, truths, args.ground_truth)
+        return gt.t, gt.p, gt.q, gt.v
+
+    return {"ground_truth": source}
 
 
 def _ground_truth_config(args: argparse.Namespace) -> dict | str:
@@ -140,7 +154,7 @@ def main_evaluate(argv: list[str] | None = None) -> int:
     # committed by write_report_atomically), so a failed evaluation loses nothing.
     with open_run_dir(args.out, EVALUATE_LAYOUT, output_mode(overwrite=args.overwrite)) as run:
         torch.set_num_threads(args.threads)
-        loaded = load_flights(args.dataset, args.data, allow=tuple(args.allow), cache_dir=args.cache_dir)
+        loaded = load_flights(args.dataset, args.data, allow=tuple(args.allow), **_adapter_options(args, truths))
         for item in loaded.skipped:
             print(f"skipped {item.path}: {item.reason}", file=sys.stderr)
         flights = list(loaded.sequences)
