@@ -133,12 +133,7 @@ FORMULA_FILES = (
 MIN_COPY_NODES = 40
 """A function body must have this many AST nodes before a structural match counts (no one-liners)."""
 
-PENDING: dict[tuple[str, str], str] = {
-    ("velobins_net/velobins_net/train.py", "assigns HALF_LOG_2PI"): "training engineer",
-    ("velobins_net/velobins_net/train.py", "writes log(2π)"): "training engineer",
-    ("velobins_net/velobins_net/train_steps.py", "assigns HALF_LOG_2PI"): "training engineer",
-    ("velobins_net/velobins_net/train_steps.py", "writes log(2π)"): "training engineer",
-}
+PENDING: dict[tuple[str, str], str] = {}
 """Known copies in files other engineers own (issue 22), to be replaced by imports from the home:
 train*.py's ``_HALF_LOG_2PI`` by ``velobins_common.stats.HALF_LOG_2PI``."""
 

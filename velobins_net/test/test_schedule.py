@@ -129,3 +129,18 @@ def test_patience_stops_early(tmp_path):
 def _small_data_schedule() -> dict:
     keep = ("lr_schedule", "warmup", "min_lr_ratio", "rotate_windows", "best_metric")
     return {k: v for k, v in RECIPES["small-data"].items() if k in keep} | {"lr": 3e-3}
+
+
+def test_a_cpu_budget_counts_compute_not_waiting():
+    """``clock="cpu"`` counts this process's CPU seconds: time spent waiting (here asleep; on a shared machine,
+    descheduled) does not use the budget, while on the wall clock it does."""
+    wall = BudgetPlanner(0.3, 50, start=time.perf_counter(), clock="wall")
+    cpu = BudgetPlanner(0.3, 50, start=time.process_time(), clock="cpu")
+    wall.epoch_started()
+    cpu.epoch_started()
+    time.sleep(0.4)
+    wall.epoch_ended()
+    cpu.epoch_ended()
+    assert wall.over() and not cpu.over()
+    assert wall.epoch_s[0] >= 0.4 > 0.2 > cpu.epoch_s[0]
+    assert cpu.plan(1) > 1 and wall.plan(1) == 1

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -116,16 +117,23 @@ def selection_score(nll: float, nees_share: float) -> float:
     return nll + max(0.0, math.log(NEES_CONFIDENCE / share))
 
 
+BUDGET_CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter, "cpu": time.process_time}
+"""What a time budget counts: ``wall`` clock seconds, or ``cpu`` seconds of the training process (all its
+threads). A CPU budget gives every run the same compute on a shared machine, where a wall budget gives each
+what the other jobs leave it: the fair clock for comparing recipes."""
+
+
 @dataclass
 class BudgetPlanner:
-    """Chooses how many epochs fit a wall-clock budget, and says when to stop.
+    """Chooses how many epochs fit a time budget, and says when to stop.
 
     Attributes:
         budget_s: the budget [s], counted from ``start`` (the call of ``train``).
         max_epochs: the plan never exceeds this many epochs.
-        start: ``time.perf_counter()`` at the start of the run (minus the time spent before a resume).
-        epoch_s: measured wall time of each finished epoch (training, validation, checkpoints).
+        start: the budget clock's reading at the start of the run (minus the time spent before a resume).
+        epoch_s: measured time of each finished epoch on the budget clock (training, validation, checkpoints).
         planned: the current plan (epochs in total); 0 before the first estimate.
+        clock: a key of :data:`BUDGET_CLOCKS`.
     """
 
     budget_s: float
@@ -133,14 +141,32 @@ class BudgetPlanner:
     start: float = field(default_factory=time.perf_counter)
     epoch_s: list[float] = field(default_factory=list)
     planned: int = 0
+    clock: str = "wall"
+    _epoch_start: float = 0.0
+
+    def now(self) -> float:
+        """The budget clock's reading."""
+        return BUDGET_CLOCKS[self.clock]()
 
     def elapsed(self) -> float:
         """Seconds spent so far."""
-        return time.perf_counter() - self.start
+        return self.now() - self.start
 
     def deadline(self) -> float:
-        """``time.perf_counter()`` value at which the budget ends (a running epoch stops there)."""
+        """The budget clock's reading at which the budget ends (a running epoch stops there)."""
         return self.start + self.budget_s
+
+    def over(self) -> bool:
+        """Whether the budget is spent."""
+        return self.now() > self.deadline()
+
+    def epoch_started(self) -> None:
+        """Mark the start of an epoch (its time is taken on the budget clock by :meth:`epoch_ended`)."""
+        self._epoch_start = self.now()
+
+    def epoch_ended(self) -> None:
+        """Record the time of the epoch started by :meth:`epoch_started`."""
+        self.epoch_s.append(self.now() - self._epoch_start)
 
     def epoch_estimate(self) -> float:
         """Expected wall time of the next epoch: the mean of the last three (contention drifts)."""
@@ -160,10 +186,10 @@ class BudgetPlanner:
         return self.planned
 
 
-def time_steps(step: Any, count: int) -> float:
-    """Mean seconds per call of ``step()`` over ``count`` calls, after one untimed call (allocations)."""
+def time_steps(step: Any, count: int, clock: Callable[[], float] = time.perf_counter) -> float:
+    """Mean seconds (on ``clock``) per call of ``step()`` over ``count`` calls, after one untimed call."""
     step()
-    t0 = time.perf_counter()
+    t0 = clock()
     for _ in range(count):
         step()
-    return (time.perf_counter() - t0) / max(count, 1)
+    return (clock() - t0) / max(count, 1)

@@ -12,8 +12,9 @@ the best checkpoint by the chosen metric is kept beside the last one; ``history.
 TensorBoard event log (:mod:`.train_log`) record every epoch.
 
 Beyond the paper's constant LR: a warm-up and decay schedule, a KL-weight ramp, per-epoch window
-offsets and a wall-clock budget (``time_budget``: the epoch count and the schedule's length are
-chosen to fit, re-planned after every epoch). Their formulas live in :mod:`.schedule`.
+offsets and a time budget (``time_budget`` on the wall or the CPU clock: the epoch count and the schedule's
+length are chosen to fit, re-planned after every epoch), sensor augmentation (:mod:`.augment`). Their formulas
+live in :mod:`.schedule`; the configuration in :mod:`.train_config`.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import json
 import math
 import random
 from collections.abc import Sequence as Seq
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,23 +37,23 @@ from velobins_common.progress import progress_bar
 from velobins_data.flight import Flight
 
 from .accel import reuse_freed_memory
-from .augment import Augmentation
 from .bins import BinGrid, velocity_range_from
 from .checkpoint import CheckpointError, git_commit, read_checkpoint, resumed_best, save_checkpoint
 from .config import ModelConfig, config_differences
 from .data import WindowDataset, describe_sources, fit_normalization
 from .networks import build_model
 from .schedule import (
-    LR_SCHEDULES,
+    BUDGET_CLOCKS,
     BudgetPlanner,
     epoch_window_indices,
     kl_weight_factor,
     lr_factor,
     selection_score,
 )
+from .train_config import METRICS, TrainConfig  # noqa: F401  (public here as before)
 from .train_dist import DistInfo, agree, budget_stop, pick_device, setup_distributed
 from .train_init import initialise
-from .train_precision import PRECISIONS, deterministic_algorithms, resolve_precision
+from .train_precision import deterministic_algorithms, resolve_precision
 from .train_steps import (  # noqa: F401  (evaluate, make_optimizer, weighted_loss: public here as before)
     ValFigures,
     epoch_batches,
@@ -63,109 +64,6 @@ from .train_steps import (  # noqa: F401  (evaluate, make_optimizer, weighted_lo
     weighted_loss,
 )
 from .variants import Variant, parse_variant
-
-METRICS = ("nll", "ave", "nll+nees")
-_VAL_BATCH = 1024
-_HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    """Everything that defines a training run.
-
-    Attributes:
-        model: architecture; ``head``, ``cov_head``, ``uncertainty`` are set from ``variant`` and
-            ``velocity_range`` from the training set (unless ``velocity_range`` below is given).
-        variant: Table II row, e.g. ``"G+H^B"`` (VeloBins) or ``"reg"``.
-        epochs: number of epochs (paper: 100); the upper bound when time_budget is set.
-        batch_size: windows per optimizer step (paper: 128; per process under DDP).
-        lr: Adam learning rate (paper: 3e-4, constant); the peak of lr_schedule.
-        lr_schedule: constant (paper) or cosine (half-cosine decay to min_lr_ratio × lr at the end of the plan).
-        warmup: share of the planned steps over which the LR rises linearly from 0 (0 = none, the paper).
-        min_lr_ratio: cosine schedule: final LR as a share of lr.
-        kl_ramp: share of the planned steps over which λ_KL rises linearly from kl_ramp_start to 1
-            (0 = none, the paper).
-        kl_ramp_start: λ_KL multiplier at the first step of the KL ramp.
-        stride: training window stride in samples.
-        rotate_windows: each epoch takes every stride-th window from offset epoch mod stride, so stride
-            epochs see every window (False: the same windows every epoch).
-        val_stride: validation window stride in samples.
-        seed: seeds parameters init and shuffling.
-        nll_start_epoch: regression baseline: epochs of Huber before switching to Gaussian NLL (under
-            time_budget the same share, nll_start_epoch / epochs, of the planned epochs).
-        best_metric: validation figure that picks best.pt, lower is better: nll, ave, or nll+nees
-            (NLL + log(0.95 / network NEES share in the χ²(3) 95 % bounds): penalises over-confidence).
-        patience: stop after this many epochs without a better best_metric (0 = never).
-        time_budget: wall-clock budget in minutes (None = run all epochs): the epoch count and the
-            schedule's length are chosen to fit it and training stops at it.
-        device: ``"auto"`` (CUDA when available), ``"cpu"`` or ``"cuda"``.
-        velocity_range: fixed R [m/s]; None = RANGE_MARGIN × training max.
-        resume: checkpoint to resume from (model, optimizer, epoch, RNG).
-        progress: show a tqdm progress bar (rank 0).
-        data_description: free text stored in the checkpoint (dataset, split).
-        precision: forward-pass precision: 32 (float32, the paper), bf16 (bfloat16 autocast) or 16 (float16
-            autocast with loss scaling); weights, loss and validation stay float32.
-        deterministic: deterministic kernels only (torch refuses an op without one), so two runs with the same
-            seed, data, threads and device give bit-identical weights (a time budget still makes the epoch
-            count depend on the machine's speed).
-        init_from: fine-tune: start from this model's weights, a shipped model name (crazyflie) or a checkpoint
-            path; rotor count and kind, normalisation and velocity range may differ, the architecture may not.
-        freeze: submodules not to train (encoder, bins, cov, or a dotted path such as encoder.layers.0).
-        tensorboard: write a TensorBoard event log to <out>/tensorboard beside history.json.
-        augment: sensor augmentation of the training windows (:mod:`.augment`; off in the paper).
-    """
-
-    model: ModelConfig = field(default_factory=ModelConfig)
-    variant: str = "G+H^B"
-    epochs: int = 100
-    batch_size: int = 128
-    lr: float = 3e-4
-    lr_schedule: str = "constant"
-    warmup: float = 0.0
-    min_lr_ratio: float = 1.0
-    kl_ramp: float = 0.0
-    kl_ramp_start: float = 1.0
-    stride: int = 1
-    rotate_windows: bool = False
-    val_stride: int = 5
-    seed: int = 0
-    nll_start_epoch: int = 10
-    best_metric: str = "nll"
-    patience: int = 0
-    time_budget: float | None = None
-    device: str = "auto"
-    velocity_range: float | None = None
-    resume: str | None = None
-    progress: bool = True
-    data_description: str = ""
-    precision: str = "32"
-    deterministic: bool = False
-    init_from: str | None = None
-    freeze: tuple[str, ...] = ()
-    tensorboard: bool = True
-    augment: Augmentation = field(default_factory=Augmentation)
-
-    def __post_init__(self) -> None:
-        parse_variant(self.variant)
-        if isinstance(self.augment, dict):  # from a checkpoint's train_config
-            object.__setattr__(self, "augment", Augmentation(**self.augment))
-        object.__setattr__(self, "freeze", tuple(self.freeze))
-        if self.precision not in PRECISIONS:
-            raise ValueError(f"TrainConfig.precision: must be one of {PRECISIONS}, got {self.precision!r}")
-        if self.best_metric not in METRICS:
-            raise ValueError(f"TrainConfig.best_metric: must be one of {METRICS}, got {self.best_metric!r}")
-        for name in ("epochs", "batch_size", "stride", "val_stride"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"TrainConfig.{name}: must be >= 1, got {getattr(self, name)}")
-        if self.lr_schedule not in LR_SCHEDULES:
-            raise ValueError(f"TrainConfig.lr_schedule: must be one of {LR_SCHEDULES}, got {self.lr_schedule!r}")
-        for name in ("warmup", "min_lr_ratio", "kl_ramp", "kl_ramp_start"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ValueError(f"TrainConfig.{name}: must be in [0, 1], got {getattr(self, name)}")
-        if self.patience < 0:
-            raise ValueError(f"TrainConfig.patience: must be >= 0, got {self.patience}")
-        if self.time_budget is not None and not self.time_budget > 0:
-            raise ValueError(f"TrainConfig.time_budget: must be > 0 minutes, got {self.time_budget}")
 
 
 @dataclass
@@ -358,10 +256,12 @@ def _train(
     steps_per_epoch = max(1, math.ceil(n_first / cfg.batch_size))
     planner, planned = None, cfg.epochs
     if cfg.time_budget is not None:
-        planner = BudgetPlanner(cfg.time_budget * 60.0, cfg.epochs, start=t_start - spent_before)
+        start = (cpu_start if cfg.budget_clock == "cpu" else t_start) - spent_before
+        planner = BudgetPlanner(cfg.time_budget * 60.0, cfg.epochs, start=start, clock=cfg.budget_clock)
         est = estimate_epoch_seconds(
-            core, train_ds, val_ds, cfg.lr, cfg.batch_size, variant, grid, device, steps_per_epoch, precision
-        )
+            core, train_ds, val_ds, cfg.lr, cfg.batch_size, variant, grid, device, steps_per_epoch, precision,
+            BUDGET_CLOCKS[cfg.budget_clock],
+        )  # fmt: skip
         planned = agree(planner.plan(start_epoch, est), dd, device)
     log = _open_log(cfg, out_dir, start_epoch, dd) if run is None else None  # a staged run: after its commit
     epoch = start_epoch
@@ -376,6 +276,8 @@ def _train(
                 enabled=cfg.progress and dd.is_main,
             )
             t0 = time.perf_counter()
+            if planner is not None:
+                planner.epoch_started()
             nll_start = cfg.nll_start_epoch if planner is None else round(cfg.nll_start_epoch * planned / cfg.epochs)
             use_nll = (variant.is_regression or variant.is_baseline) and epoch >= nll_start
             total_steps = planned * steps_per_epoch
@@ -385,7 +287,7 @@ def _train(
                 lr = cfg.lr * lr_factor(p, cfg.lr_schedule, cfg.warmup, cfg.min_lr_ratio)
                 return lr, kl_weight_factor(p, cfg.kl_ramp, cfg.kl_ramp_start)
 
-            stop = budget_stop(planner.deadline() if planner is not None else None, dd, device)
+            stop = budget_stop(planner, dd, device)
             loss, done = train_epoch(
                 model, core, train_ds, batches, optimizer, variant, grid, use_nll, device, bar, schedule, stop,
                 precision, scaler, cfg.augment,
@@ -401,7 +303,7 @@ def _train(
             if improved:
                 best_value, best_epoch = value, epoch
             if planner is not None:
-                planner.epoch_s.append(time.perf_counter() - t0)
+                planner.epoch_ended()
             budget_s = planner.budget_s if planner is not None else None
             elapsed = time.perf_counter() - t_start + spent_before
             rec = EpochRecord(
@@ -430,7 +332,11 @@ def _train(
                         "rng": _rng_state(),
                         "best": {"metric": cfg.best_metric, "value": best_value, "epoch": best_epoch},
                         "history": [dataclasses.asdict(h) for h in history],
-                        "budget": {"budget_s": budget_s, "elapsed_s": elapsed, "planned_epochs": planned},
+                        "budget": {
+                            "budget_s": budget_s,
+                            "elapsed_s": planner.elapsed() if planner else elapsed,
+                            "planned_epochs": planned,
+                        },
                     }
                     | ({"scaler_state": scaler.state_dict()} if scaler is not None else {})
                 )

@@ -10,7 +10,6 @@ every rank, while clocks differ between processes: rank 0 decides the time budge
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -18,6 +17,8 @@ import torch
 import torch.distributed as dist
 
 from velobins_common.errors import OptionError
+
+from .schedule import BudgetPlanner
 
 
 @dataclass(frozen=True)
@@ -64,16 +65,17 @@ def agree(value: int, dd: DistInfo, device: torch.device) -> int:
     return int(t.item())
 
 
-def budget_stop(deadline: float | None, dd: DistInfo, device: torch.device) -> Callable[[], bool] | None:
-    """The in-epoch stop test of a time budget: rank 0's clock against ``deadline``, the same answer on every rank.
+def budget_stop(planner: BudgetPlanner | None, dd: DistInfo, device: torch.device) -> Callable[[], bool] | None:
+    """The in-epoch stop test of a time budget: rank 0's budget clock against its deadline, the same answer on
+    every rank.
 
-    None without a deadline. Under DDP each call is one broadcast of one integer (asked once per
+    None without a budget. Under DDP each call is one broadcast of one integer (asked once per
     optimiser step, beside the step's gradient all-reduce), so no rank runs a step the others skip.
     """
-    if deadline is None:
+    if planner is None:
         return None
 
     def stop() -> bool:
-        return bool(agree(int(time.perf_counter() > deadline), dd, device))
+        return bool(agree(int(planner.over()), dd, device))
 
     return stop

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import math
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,6 +17,8 @@ from typing import Any
 import torch
 from torch import nn
 from tqdm import tqdm
+
+from velobins_common.stats import HALF_LOG_2PI
 
 from .augment import Augmentation, augment_windows
 from .bins import BinGrid
@@ -30,7 +33,6 @@ from .train_precision import Precision, to_float32
 from .variants import Variant
 
 _VAL_BATCH = 1024
-_HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 
 
 def epoch_batches(
@@ -90,7 +92,7 @@ def evaluate(model: VeloBinsNet, ds: WindowDataset, device: torch.device, keep_s
         e = out.v.double() - y.to(device).double()
         var = out.var.double().clamp_min(1e-12)
         err_sum += float(e.norm(dim=-1).sum())
-        nll_sum += float((_HALF_LOG_2PI + 0.5 * var.log() + 0.5 * e.square() / var).sum())
+        nll_sum += float((HALF_LOG_2PI + 0.5 * var.log() + 0.5 * e.square() / var).sum())
         nees.append((e.square() / var).sum(-1).cpu())
         if keep_samples:
             sigmas.append(var.sqrt().float().cpu())
@@ -202,8 +204,10 @@ def estimate_epoch_seconds(
     device: torch.device,
     steps_per_epoch: int,
     precision: Precision | None = None,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> float:
-    """Expected seconds of one epoch (training steps + validation), from a few steps on a throw-away copy.
+    """Expected seconds (on ``clock``, the budget's) of one epoch (training steps + validation), from a few steps
+    on a throw-away copy.
 
     Runs before the first epoch so a time budget can size the schedule from the start; the copy and
     a forked RNG leave the run itself exactly as without the timing pass.
@@ -226,7 +230,7 @@ def estimate_epoch_seconds(
             loss.backward()
             opt.step()
 
-        t_step = time_steps(step, 3)
+        t_step = time_steps(step, 3, clock)
         vidx = torch.arange(min(len(val_ds), _VAL_BATCH))
         xv = val_ds.gather(vidx)[0].to(device)
 
@@ -235,5 +239,5 @@ def estimate_epoch_seconds(
                 probe(xv)
 
         probe.eval()
-        t_val = time_steps(val_step, 1)
+        t_val = time_steps(val_step, 1, clock)
     return steps_per_epoch * t_step + math.ceil(len(val_ds) / len(vidx)) * t_val

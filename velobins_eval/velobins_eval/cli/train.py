@@ -35,6 +35,7 @@ from .options import add_allow_option, given_options
 
 TRAIN_FIELDS = (
     "time_budget",
+    "budget_clock",
     "epochs",
     "stride",
     "rotate_windows",
@@ -119,7 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     from velobins_net.augment import Augmentation
     from velobins_net.config import BIN_ENCODINGS, ModelConfig
     from velobins_net.decoders import UNCERTAINTY_SOURCES
-    from velobins_net.schedule import LR_SCHEDULES, RECIPES
+    from velobins_net.schedule import BUDGET_CLOCKS, LR_SCHEDULES, RECIPES
     from velobins_net.train import METRICS, TrainConfig
     from velobins_net.train_precision import PRECISIONS
 
@@ -175,6 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
         flags={"time_budget": "--time-budget", "init_from": "--init-from"},
         choices={
             "best_metric": METRICS,
+            "budget_clock": tuple(BUDGET_CLOCKS),
             "device": ("auto", "cpu", "cuda"),
             "lr_schedule": LR_SCHEDULES,
             "precision": PRECISIONS,
