@@ -11,11 +11,12 @@ Two platforms, each with training flights and separate test flights that no run 
 Arms (``ARMS``): the defaults before this study (``--recipe paper``, the last flight held out for selection)
 for both methods, and the small-data recipe with checkpoint selection on the tail of every flight
 (``--val-split tails``), with and without sensor augmentation (``--aug-*``). Each job is one
-``velobins train`` (``--threads 1``) and one ``velobins evaluate``; finished jobs are skipped, so the study
+``velobins train`` (``--threads 1``, its budget in CPU seconds: ``--budget-clock cpu``, so every run gets the
+same compute however loaded the machine is) and one ``velobins evaluate``; finished jobs are skipped, so the study
 resumes. ``--jobs 2`` runs two at a time (both cores); ``--report`` writes ``table.md`` and ``commands.sh``
 into ``docs/results/recipe_platforms/``.
 
-    python benchmarks/bench_recipe_platforms.py --out runs/recipe28 --budgets 2 5 --jobs 2
+    python benchmarks/bench_recipe_platforms.py --out runs/recipe28 --budgets 5 2 --jobs 2
     python benchmarks/bench_recipe_platforms.py --out runs/recipe28 --report
 """
 
@@ -91,7 +92,8 @@ def commands(job: Job, out: Path) -> tuple[list[str], list[str]]:
     variant, options = ARMS[job.arm]
     run = out / job.name
     train = ["velobins", "train", "--dataset", kind, "--data", str(train_dir), "--variant", variant, *options]
-    train += ["--time-budget", f"{job.budget:g}", "--seed", "0", "--threads", "1", "--no-progress"]
+    train += ["--time-budget", f"{job.budget:g}", "--budget-clock", "cpu", "--seed", "0", "--threads", "1"]
+    train += ["--no-progress"]
     train += ["--cache-dir", str(out / "cache"), "--overwrite", "--out", str(run)]
     evaluate = ["velobins", "evaluate", "--checkpoint", str(run / "best.pt"), "--dataset", kind]
     evaluate += ["--data", str(test_dir), "--params", str(params), "--threads", "1", "--no-imu-only"]
