@@ -169,7 +169,8 @@ def report(out: Path, jobs: list[Job], docs: Path) -> str:
 
 def _relative(cmd: list[str], out: Path) -> list[str]:
     """``cmd`` with the repository root and the run folder written relative (for the docs)."""
-    return [a.replace(str(ROOT) + "/", "").replace(str(out), "runs/recipe28") for a in cmd]
+    shared = str(ROOT.parent / "shared")
+    return [a.replace(str(out), "runs/recipe28").replace(shared, "../shared").replace(str(ROOT) + "/", "") for a in cmd]
 
 
 def main(argv: list[str] | None = None) -> int:

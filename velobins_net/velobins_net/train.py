@@ -70,8 +70,9 @@ from .variants import Variant, parse_variant
 class EpochRecord:
     """One epoch's figures, and the schedule it ran under (lr and λ_KL multiplier at its last step).
 
-    ``elapsed_s`` is wall time since the start of the run (the budget's clock); ``cpu_s`` is this
-    process's CPU time since the start of this call, which says how much of a shared machine it got.
+    ``elapsed_s`` is wall time since the start of the run (the budget's clock unless ``budget_clock`` is cpu);
+    ``cpu_s`` is this process's CPU time since the start of this call, which says how much of a shared machine it
+    got.
     """
 
     epoch: int

@@ -393,7 +393,10 @@ def _run(args: argparse.Namespace, run=None) -> int:
             )
         if cfg.time_budget:
             last = result.history[-1]
-            print(f"time budget {cfg.time_budget:g} min: ran {len(result.history)} epochs in {last.elapsed_s:.0f} s")
+            print(
+                f"time budget {cfg.time_budget:g} min ({cfg.budget_clock} clock): ran {len(result.history)} epochs "
+                f"in {last.elapsed_s:.0f} s wall, {last.cpu_s:.0f} s CPU"
+            )
     if result.best_epoch < 0:
         last = result.history[-1].epoch if result.history else None
         print(
