@@ -184,8 +184,9 @@ class EkfNodeConfig:
     silence_warn_after: float = param(2.0, min=0.1, max=3600.0, live=True)
     """Wall seconds without odometry while IMU arrives before a (throttled) WARN naming the cause."""
     startup_grace: float = param(30.0, min=0.0, max=3600.0)
-    """Seconds after the start during which, until the node is first OK, its health changes are logged at
-    INFO and the silence warning waits: a healthy start (inputs arriving, a model loading) prints no WARN;
+    """Seconds after the start during which, until the node is first OK, its health changes and its input drops
+    (a first velocity older than the filter's start; still counted) are logged at INFO and the silence warning
+    waits: a healthy start (inputs arriving, a model loading) prints no WARN;
     a node not OK by then says so at WARN. /diagnostics shows the true level from the start. 0: no grace."""
     nis_window: int = param(60, min=1, max=100000)
     """Updates whose NIS (normalised innovation squared) the consistency test sums: 3 s at 20 Hz. The shipped
@@ -246,6 +247,8 @@ class EkfNode(Node):
             self.create_service(Trigger, cfg.reset_service, self.on_reset)
         self.create_timer(5.0, self.drops.maybe_log)
         self.health = EkfHealth(self)
+        # drops during the start-up grace (a first velocity older than the filter's start) are expected: INFO
+        self.drops.quiet = lambda: self.health.base.diagnostics.starting(time.monotonic())
         self.get_logger().info(f"EKF ready: init_mode={cfg.init_mode}, publishing {self.out.odom_pub.topic_name}")
 
     @property

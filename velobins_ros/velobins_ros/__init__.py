@@ -182,11 +182,15 @@ class DropCounter:
 
     Every drop is counted (visible in the periodic log line and in ``counts``); nothing is dropped
     silently, and the log is throttled so a flood of bad samples cannot flood the console.
+    ``quiet`` (optional, settable later) says when drops are expected, e.g. during a node's start-up
+    grace (the network's first estimate may predate the filter's start): they are then logged at
+    INFO, still counted and shown in the diagnostics, so a healthy start prints no WARN.
     """
 
-    def __init__(self, node: Node, period: float = 5.0):
+    def __init__(self, node: Node, period: float = 5.0, quiet: Callable[[], bool] | None = None):
         self.node = node
         self.period = period
+        self.quiet = quiet
         self.counts: Counter[str] = Counter()
         self._logged: Counter[str] = Counter()
         self._last = 0.0
@@ -194,8 +198,17 @@ class DropCounter:
     def drop(self, reason: str, detail: str = "") -> None:
         self.counts[reason] += 1
         if self.counts[reason] == 1:
-            self.node.get_logger().warning(f"dropping input: {reason}{': ' + detail if detail else ''}")
+            self._say(f"dropping input: {reason}{': ' + detail if detail else ''}")
         self.maybe_log()
+
+    def _say(self, text: str) -> None:
+        """Log ``text`` at INFO while ``quiet()``, else at WARN."""
+        # Two call sites on purpose: rclpy raises ValueError when one call site changes its severity
+        # (CallerId is file, function and line), which killed the EKF node mid-run once the grace ended.
+        if self.quiet is not None and self.quiet():
+            self.node.get_logger().info(text)
+        else:
+            self.node.get_logger().warning(text)
 
     def summary(self) -> str:
         """One line with every count so far (logged by the nodes when they stop)."""
@@ -208,9 +221,7 @@ class DropCounter:
         self._last = now
         new = {k: v - self._logged[k] for k, v in self.counts.items() if v != self._logged[k]}
         self._logged = self.counts.copy()
-        self.node.get_logger().warning(
-            f"dropped since last report: {dict(sorted(new.items()))}; total {sum(self.counts.values())}"
-        )
+        self._say(f"dropped since last report: {dict(sorted(new.items()))}; total {sum(self.counts.values())}")
 
 
 CANNOT_START = 2
