@@ -64,7 +64,9 @@ class EvalNodeConfig:
     finished_topic: str = "velobins/replay/finished"
     """Latched flag of the replay node; True triggers the report."""
     finish_grace: float = param(1.0, min=0.0, max=600.0)
-    """Wall seconds to wait after the finished flag for the last estimates in flight [s]."""
+    """Wall seconds without a new estimate, update or odometry message, once the replay finished, before the
+    report is written [s]: the graph may still be working through a backlog (a loaded machine), and the report
+    waits for it instead of a fixed time after the finished flag."""
     exit_after_report: bool = True
     """Shut down once the report is written (the replay launch then ends)."""
     plots: bool = True
@@ -86,6 +88,7 @@ class EvalNode(Node):
         self.odom: list[list[float]] = []
         self.gt: list[list[float]] = []
         self.finished_at: float | None = None
+        self.last_input = -math.inf  # monotonic time of the last estimate, update or odometry received
         self.report_written = False
         self.table = ""
         qos = QoSProfile(depth=cfg.queue_depth, reliability=ReliabilityPolicy.RELIABLE)
@@ -103,6 +106,7 @@ class EvalNode(Node):
 
     # ------------------------------------------------------------------ recording
     def on_velocity(self, msg: VelocityEstimate) -> None:
+        self.last_input = time.monotonic()
         var = np.asarray(msg.covariance).reshape(3, 3).diagonal()
         row = [stamp_to_sec(msg.header.stamp), msg.velocity.x, msg.velocity.y, msg.velocity.z, *var]
         if np.all(np.isfinite(row)):
@@ -112,15 +116,18 @@ class EvalNode(Node):
 
     def on_displacement(self, msg: Displacement) -> None:
         """A displacement method's estimate: its stamp matches the EKF update; no body velocity to score."""
+        self.last_input = time.monotonic()
         self.net.append([stamp_to_sec(msg.header.stamp), *([math.nan] * 6)])
 
     def on_update(self, msg: Odometry) -> None:
+        self.last_input = time.monotonic()
         v, p, q = msg.twist.twist.linear, msg.pose.pose.position, msg.pose.pose.orientation
         cov = np.asarray(msg.twist.covariance).reshape(6, 6)[:3, :3].reshape(-1)
         self.upd.append([stamp_to_sec(msg.header.stamp), v.x, v.y, v.z, *cov, p.x, p.y, p.z, q.x, q.y, q.z, q.w])
 
     def on_odometry(self, msg: Odometry) -> None:
         """Full-rate fused state: position, orientation and the body-frame twist (for the recording)."""
+        self.last_input = time.monotonic()
         p, q, v = msg.pose.pose.position, msg.pose.pose.orientation, msg.twist.twist.linear
         self.odom.append([stamp_to_sec(msg.header.stamp), p.x, p.y, p.z, q.x, q.y, q.z, q.w, v.x, v.y, v.z])
 
@@ -141,11 +148,17 @@ class EvalNode(Node):
     def on_finished(self, msg: Bool) -> None:
         if msg.data and self.finished_at is None:
             self.finished_at = time.monotonic()
-            self.get_logger().info(f"replay finished; writing the report in {self.config.finish_grace:g} s")
+            self.get_logger().info(
+                "replay finished; writing the report once no estimate or odometry came for "
+                f"{self.config.finish_grace:g} s"
+            )
 
     # ------------------------------------------------------------------ report
     def due(self) -> bool:
-        return self.finished_at is not None and time.monotonic() - self.finished_at >= self.config.finish_grace
+        """The replay finished and the graph has been quiet for finish_grace s (its backlog is through)."""
+        if self.finished_at is None:
+            return False
+        return time.monotonic() - max(self.finished_at, self.last_input) >= self.config.finish_grace
 
     def build_record(self) -> tuple[FlightRecord, GroundTruth]:
         """The recorded streams as the offline evaluation's record and ground truth."""

@@ -72,6 +72,8 @@ def test_without_quiet_every_drop_report_is_a_warn(ros_domain: int, capfd: pytes
         assert lines and all("[WARN]" in line for line in lines), lines
         assert sum("dropping input: imu_rejected" in line for line in lines) == 1  # the first of its reason
         assert drops.summary() == "dropped in total: {'imu_rejected': 2}"
+        drops.extra = lambda: {"filter_disp_too_old": 3, "filter_meas_gated": 0}  # counts kept elsewhere
+        assert drops.summary() == "dropped in total: {'filter_disp_too_old': 3, 'imu_rejected': 2}"
     finally:
         node.destroy_node()
         rclpy.shutdown(context=ctx)

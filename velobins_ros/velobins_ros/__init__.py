@@ -12,7 +12,7 @@ import threading
 import time
 import typing
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -185,12 +185,15 @@ class DropCounter:
     ``quiet`` (optional, settable later) says when drops are expected, e.g. during a node's start-up
     grace (the network's first estimate may predate the filter's start): they are then logged at
     INFO, still counted and shown in the diagnostics, so a healthy start prints no WARN.
+    ``extra`` (optional, settable later) adds counts kept elsewhere (the EKF's filter refusals) to
+    :meth:`summary`, the line a node logs when it stops.
     """
 
     def __init__(self, node: Node, period: float = 5.0, quiet: Callable[[], bool] | None = None):
         self.node = node
         self.period = period
         self.quiet = quiet
+        self.extra: Callable[[], Mapping[str, int]] | None = None
         self.counts: Counter[str] = Counter()
         self._logged: Counter[str] = Counter()
         self._last = 0.0
@@ -212,7 +215,8 @@ class DropCounter:
 
     def summary(self) -> str:
         """One line with every count so far (logged by the nodes when they stop)."""
-        return f"dropped in total: {dict(sorted(self.counts.items())) or 'nothing'}"
+        counts = {**self.counts, **(self.extra() if self.extra is not None else {})}
+        return f"dropped in total: {dict(sorted((k, v) for k, v in counts.items() if v)) or 'nothing'}"
 
     def maybe_log(self) -> None:
         now = time.monotonic()
