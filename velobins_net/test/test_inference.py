@@ -83,6 +83,21 @@ def test_streaming_rejects_stale_rotor_and_bad_samples():
     assert not pred.push_rotor(2.0, [0.5] * 3) and pred.counts["non_finite"] == 2
 
 
+def test_rotor_samples_taken_ahead_of_the_imu_do_not_hide_a_rotor_gap():
+    """Rotor samples up to 1.0 s, none in [1.0, 2.0), then from 2.0 s on, all taken before the IMU reaches
+    the gap (a node busy with an IMU backlog takes the rotor stream's newer samples first): a window ending
+    inside the gap is stale, since its newest rotor sample at or before its end is older than max_rotor_age."""
+    pred = StreamingPredictor(_model(), PredictorConfig(max_rotor_age=0.1))
+    for t in [*np.arange(0.0, 1.0, 0.01), *np.arange(2.0, 2.5, 0.01)]:
+        pred.push_rotor(t, [0.5] * 4)
+    for t in np.arange(0.0, 1.5, 0.01):
+        pred.push_imu(t, [0, 0, 9.8], [0, 0, 0])
+    assert pred.step() is None and pred.counts["rotor_stale"] == 1  # window end 1.49: newest rotor before it 0.99
+    for t in np.arange(1.5, 2.2, 0.01):
+        pred.push_imu(t, [0, 0, 9.8], [0, 0, 0])
+    assert pred.step() is not None  # window end 2.19: rotor fresh again (the gap inside the window is the model's)
+
+
 def _run(pred: StreamingPredictor, duration: float = 1.6) -> list:
     out = []
     for t in np.arange(0, duration, 0.01):

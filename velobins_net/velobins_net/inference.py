@@ -296,7 +296,11 @@ class StreamingPredictor:
         t_rot, x_rot = self._rotor.view()
         if len(t_rot) == 0:
             return "no_rotor"
-        if stamp - t_rot[-1] > self.max_rotor_age or t_rot[0] > grid[0] + self.max_rotor_age:
+        # the newest rotor sample at or before the window end, not the newest taken: a node working through an
+        # IMU backlog can take rotor samples from after a rotor gap first, and interpolating across the gap
+        # would hide it (the graph's faulted-bag test saw estimates inside a 1 s rotor gap under load)
+        k = int(np.searchsorted(t_rot, stamp, side="right"))
+        if k == 0 or stamp - t_rot[k - 1] > self.max_rotor_age or t_rot[0] > grid[0] + self.max_rotor_age:
             return "rotor_stale"
         if not self._rotor.covers(grid[0], self.rate_hz):
             return "rotor_stale"
