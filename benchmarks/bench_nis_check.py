@@ -1,6 +1,7 @@
 """The EKF node's NIS consistency check, offline: quiet on nominal flights, raised by a wrong IMU.
 
-Run: ``source scripts/env.sh && python benchmarks/bench_nis_check.py [--model crazyflie] [--windows 20 40 100]``.
+Run: ``source scripts/env.sh && python benchmarks/bench_nis_check.py [--model crazyflie] [--windows 20 40 100]
+[--data ../shared/data/nanobench/val]``.
 
 For each shipped demo flight (``velobins_eval/velobins_eval/demo_data/nanobench``) the shipped model and
 its EKF overlay run in the loop the nodes form (the network's estimate at 20 Hz fused by the filter,
@@ -103,6 +104,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="crazyflie", help="shipped model name (default crazyflie)")
     parser.add_argument("--windows", type=int, nargs="+", default=[20, 40, 100], help="NIS windows [updates]")
+    parser.add_argument("--data", help="NanoBench flights to run (default: the shipped demo flights)")
     args = parser.parse_args()
 
     from velobins_data.datasets import load_flights
@@ -116,7 +118,7 @@ def main() -> int:
     model = load_checkpoint(resolved.checkpoint)
     files = [config_files()[0]] + ([resolved.overlay] if resolved.overlay else [])
     ekf_config = load_filter_config(files)
-    flights = list(load_flights("nanobench", DEMO_DATA).sequences)
+    flights = list(load_flights("nanobench", args.data or DEMO_DATA).sequences)
     print(f"model {args.model}, EKF {' + '.join(p.name for p in files)}; NIS test alarm probability 1e-3 per window")
     head = "flight                   stream       win  meanNIS  maxWinMean  thresh  raises  raised%  1st[s]  oldWARN%"
     print(head)
