@@ -17,7 +17,7 @@ resumes. ``--jobs 2`` runs two at a time (both cores); ``--report`` writes ``tab
 into ``docs/results/recipe_platforms/``.
 
     python benchmarks/bench_recipe_platforms.py --out runs/recipe28 --budgets 5 2 --jobs 2
-    python benchmarks/bench_recipe_platforms.py --out runs/recipe28 --report
+    python benchmarks/bench_recipe_platforms.py --out runs/recipe28 --budgets 5 2 10 --report
 """
 
 from __future__ import annotations
@@ -149,10 +149,10 @@ def report(out: Path, jobs: list[Job], docs: Path) -> str:
     cmds = ["# the study's commands, in its order (bench_recipe_platforms.py runs them)"]
     for job in jobs:
         r = row(job, out)
+        if r is None:  # not run (yet): neither a row nor its commands
+            continue
         train, evaluate = commands(job, out)
         cmds += [shlex.join(_relative(train, out)), shlex.join(_relative(evaluate, out))]
-        if r is None:
-            continue
         cells = [fmt.format(r[key]) if isinstance(r.get(key), float) else "—" for _, key, fmt in COLUMNS]
         cpu = f"{r['cpu']:.0f}" if r.get("cpu") else "—"
         lines.append(
