@@ -52,8 +52,14 @@ ARMS: dict[str, tuple[str, tuple[str, ...]]] = {
     "gh_small_tails": ("G+H", ("--recipe", "small-data", "--val-split", "tails", "--val-fraction", "0.2")),
     "gh_small_tails_aug": ("G+H", ("--recipe", "small-data", "--val-split", "tails", "--val-fraction", "0.2", *AUG)),
     "reg_small_tails_aug": ("reg", ("--recipe", "small-data", "--val-split", "tails", "--val-fraction", "0.2", *AUG)),
+    "gh_paper_kl": (
+        "G+H",
+        ("--recipe", "paper", "--val-split", "flights", "--kl-ramp", "0.5", "--kl-ramp-start", "0.1"),
+    ),
 }
-"""Arm → (variant, options). ``paper`` + ``flights`` were ``velobins train``'s defaults before this study."""
+"""Arm → (variant, options). ``paper`` + ``flights`` were ``velobins train``'s defaults before this study;
+``gh_paper_kl`` adds the KL ramp (λ_KL from 0.1 to 1 over the first half of the plan), a lighter pull of the
+bin distribution towards its sharp labels early in training."""
 
 
 @dataclass(frozen=True)
