@@ -107,9 +107,13 @@ def commands(job: Job, out: Path) -> tuple[list[str], list[str]]:
 
 def run_job(job: Job, out: Path) -> None:
     """Train and evaluate ``job`` (skipping what has finished), logging to ``<run>/train.log`` / ``eval.log``."""
-    run = out / job.name
     subset_dir(out, job.flights)
-    train, evaluate = commands(job, out)
+    train_and_evaluate(out / job.name, *commands(job, out))
+
+
+def train_and_evaluate(run: Path, train: list[str], evaluate: list[str]) -> None:
+    """Run ``train`` then ``evaluate`` for the run folder ``run``, skipping what has finished (a ``done`` marker,
+    ``eval/metrics.json``), logging to ``<run>/train.log`` / ``eval.log``."""
     run.mkdir(parents=True, exist_ok=True)
     if not (run / "done").exists():
         with open(run / "train.log", "w") as log:
@@ -120,7 +124,7 @@ def run_job(job: Job, out: Path) -> None:
             subprocess.run(evaluate, stdout=log, stderr=subprocess.STDOUT, check=True, cwd=ROOT)
 
 
-def _row(job: Job, out: Path) -> dict | None:
+def run_row(job: Job, out: Path) -> dict | None:
     """The table row of a finished job (None while it has no evaluation)."""
     run = out / job.name
     metrics = run / "eval" / "metrics.json"
@@ -146,7 +150,7 @@ def report(out: Path, docs: Path) -> None:
     """Write the table, the learning-curve figure and the commands of every finished job into ``docs``."""
     docs.mkdir(parents=True, exist_ok=True)
     tries = [dataclasses.replace(j, tag=d.name.removeprefix(j.name)) for j in PLAN for d in out.glob(j.name + "_try*")]
-    rows = [r for r in (_row(j, out) for j in (*PLAN, *tries)) if r is not None]
+    rows = [r for r in (run_row(j, out) for j in (*PLAN, *tries)) if r is not None]
     lines = [
         "| train flights | budget [min] | method | recipe | epochs (best) | CPU [s] | win/s | net AVE [m/s] | "
         "net NLL | fused AVE [m/s] | RTE [m] | ATE [m] | NEES median | NEES in bounds |",

@@ -23,7 +23,6 @@ into ``docs/results/recipe_platforms/``.
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import subprocess
 import sys
@@ -32,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_recipe import DATA, PARAMS, ROOT, subset_dir
+from bench_recipe import DATA, PARAMS, ROOT, run_row, subset_dir, train_and_evaluate
 
 DOCS = ROOT / "docs" / "results" / "recipe_platforms"
 RPM_PARAMS = DOCS / "rpm_imu_noise.yaml"
@@ -108,32 +107,11 @@ def commands(job: Job, out: Path) -> tuple[list[str], list[str]]:
 
 
 def run_job(job: Job, out: Path) -> str:
-    """Train and evaluate ``job`` (skipping what has finished); logs in ``<run>/train.log`` / ``eval.log``."""
-    run = out / job.name
+    """Train and evaluate ``job``, niced (skipping what has finished; logs in ``<run>/train.log`` / ``eval.log``)."""
     train, evaluate = commands(job, out)
-    run.mkdir(parents=True, exist_ok=True)
-    if not (run / "done").exists():
-        with open(run / "train.log", "w") as log:
-            subprocess.run(["nice", "-n", "5", *train], stdout=log, stderr=subprocess.STDOUT, check=True, cwd=ROOT)
-        (run / "done").write_text("trained\n")
-    if not (run / "eval" / "metrics.json").exists():
-        with open(run / "eval.log", "w") as log:
-            subprocess.run(["nice", "-n", "5", *evaluate], stdout=log, stderr=subprocess.STDOUT, check=True, cwd=ROOT)
+    nice = ["nice", "-n", "5"]
+    train_and_evaluate(out / job.name, [*nice, *train], [*nice, *evaluate])
     return job.name
-
-
-def row(job: Job, out: Path) -> dict | None:
-    """The table row of a finished job (None while it has no evaluation)."""
-    run = out / job.name
-    metrics = run / "eval" / "metrics.json"
-    if not metrics.exists():
-        return None
-    agg = next(iter(json.loads(metrics.read_text()).values()))["aggregate"]
-    hist = json.loads((run / "history.json").read_text())
-    import torch
-
-    best = torch.load(run / "best.pt", map_location="cpu", weights_only=False)["best"]
-    return {"epochs": len(hist), "best_epoch": best["epoch"], "cpu": hist[-1].get("cpu_s"), **agg}
 
 
 COLUMNS = (
@@ -154,7 +132,7 @@ def report(out: Path, jobs: list[Job], docs: Path) -> str:
     lines = [head, "|" + "---|" * (5 + len(COLUMNS))]
     cmds = ["# the study's commands, in its order (bench_recipe_platforms.py runs them)"]
     for job in jobs:
-        r = row(job, out)
+        r = run_row(job, out)  # the same figures as bench_recipe's table
         if r is None:  # not run (yet): neither a row nor its commands
             continue
         train, evaluate = commands(job, out)
