@@ -43,7 +43,6 @@ from .config import ModelConfig, config_differences
 from .data import WindowDataset, describe_sources, fit_normalization
 from .networks import build_model
 from .schedule import (
-    BUDGET_CLOCKS,
     BudgetPlanner,
     epoch_window_indices,
     kl_weight_factor,
@@ -261,7 +260,7 @@ def _train(
         planner = BudgetPlanner(cfg.time_budget * 60.0, cfg.epochs, start=start, clock=cfg.budget_clock)
         est = estimate_epoch_seconds(
             core, train_ds, val_ds, cfg.lr, cfg.batch_size, variant, grid, device, steps_per_epoch, precision,
-            BUDGET_CLOCKS[cfg.budget_clock],
+            planner.now,
         )  # fmt: skip
         planned = agree(planner.plan(start_epoch, est), dd, device)
     log = _open_log(cfg, out_dir, start_epoch, dd) if run is None else None  # a staged run: after its commit
