@@ -55,10 +55,19 @@ ARMS: dict[str, tuple[str, tuple[str, ...]]] = {
         "G+H",
         ("--recipe", "paper", "--val-split", "flights", "--kl-ramp", "0.5", "--kl-ramp-start", "0.1"),
     ),
+    "h_paper": ("H", ("--recipe", "paper", "--val-split", "flights")),
+    "gh_paper_b64": ("G+H", ("--recipe", "paper", "--val-split", "flights", "--bins", "64")),
+    "gh_init": ("G+H", ("--recipe", "paper", "--val-split", "flights", "--init-from", "crazyflie")),
+    "reg_init": ("reg", ("--recipe", "paper", "--val-split", "flights", "--init-from", "crazyflie-reg")),
+    "gh_paper_ave": ("G+H", ("--recipe", "paper", "--val-split", "flights", "--best-metric", "ave")),
+    "reg_paper_ave": ("reg", ("--recipe", "paper", "--val-split", "flights", "--best-metric", "ave")),
 }
 """Arm → (variant, options). ``paper`` + ``flights`` were ``velobins train``'s defaults before this study;
 ``gh_paper_kl`` adds the KL ramp (λ_KL from 0.1 to 1 over the first half of the plan), a lighter pull of the
-bin distribution towards its sharp labels early in training."""
+bin distribution towards its sharp labels early in training. The second round: ``h_paper`` (Huber through the
+bins, no KL: what the KL term costs on small data), ``gh_paper_b64`` (64 bins instead of 512), ``gh_init`` /
+``reg_init`` (fine-tuned from the shipped ``crazyflie`` / ``crazyflie-reg``, ``--init-from``), and ``*_ave``
+(the best epoch by validation AVE instead of NLL)."""
 
 
 @dataclass(frozen=True)
