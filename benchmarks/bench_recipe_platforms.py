@@ -13,8 +13,8 @@ for both methods, and the small-data recipe with checkpoint selection on the tai
 (``--val-split tails``), with and without sensor augmentation (``--aug-*``). Each job is one
 ``velobins train`` (``--threads 1``, its budget in CPU seconds: ``--budget-clock cpu``, so every run gets the
 same compute however loaded the machine is) and one ``velobins evaluate``; finished jobs are skipped, so the study
-resumes. ``--jobs 2`` runs two at a time (both cores); ``--report`` writes ``table.md`` and ``commands.sh``
-into ``docs/results/recipe_platforms/``.
+resumes. ``--jobs 2`` runs two at a time (both cores); ``--report`` writes ``table.md``, ``commands.sh`` and
+the validation curves (``curves_<budget>min.png``) into ``docs/results/recipe_platforms/``.
 
     python benchmarks/bench_recipe_platforms.py --out runs/recipe28 --budgets 5 2 --jobs 2
     python benchmarks/bench_recipe_platforms.py --out runs/recipe28 --budgets 5 2 10 --report
@@ -61,13 +61,18 @@ ARMS: dict[str, tuple[str, tuple[str, ...]]] = {
     "reg_init": ("reg", ("--recipe", "paper", "--val-split", "flights", "--init-from", "crazyflie-reg")),
     "gh_paper_ave": ("G+H", ("--recipe", "paper", "--val-split", "flights", "--best-metric", "ave")),
     "reg_paper_ave": ("reg", ("--recipe", "paper", "--val-split", "flights", "--best-metric", "ave")),
+    "gh_kls01": ("G+H", ("--recipe", "paper", "--val-split", "flights", "--kl-scale", "0.1")),
+    "gh_kls001": ("G+H", ("--recipe", "paper", "--val-split", "flights", "--kl-scale", "0.01")),
+    "gh_kllate": ("G+H", ("--recipe", "paper", "--val-split", "flights", "--kl-ramp", "1", "--kl-ramp-start", "0")),
 }
 """Arm → (variant, options). ``paper`` + ``flights`` were ``velobins train``'s defaults before this study;
 ``gh_paper_kl`` adds the KL ramp (λ_KL from 0.1 to 1 over the first half of the plan), a lighter pull of the
 bin distribution towards its sharp labels early in training. The second round: ``h_paper`` (Huber through the
 bins, no KL: what the KL term costs on small data), ``gh_paper_b64`` (64 bins instead of 512), ``gh_init`` /
 ``reg_init`` (fine-tuned from the shipped ``crazyflie`` / ``crazyflie-reg``, ``--init-from``), and ``*_ave``
-(the best epoch by validation AVE instead of NLL)."""
+(the best epoch by validation AVE instead of NLL). The third round, after ``h_paper`` won on ``rpm``: λ_KL
+scaled by 0.1 and 0.01 for the whole run (``--kl-scale``), and λ_KL rising from 0 over the whole run
+(``gh_kllate``)."""
 
 
 @dataclass(frozen=True)
@@ -160,6 +165,53 @@ def report(out: Path, jobs: list[Job], docs: Path) -> str:
     return table
 
 
+def curves(out: Path, jobs: list[Job], docs: Path) -> list[Path]:
+    """``curves_<budget>min.png`` in ``docs``: validation AVE and NLL per epoch against CPU seconds, per platform.
+
+    One figure per budget, a row per platform, a line per arm; the epoch each run kept (its best) is marked.
+    These are the runs' own validation curves (``history.json``), the figures checkpoint selection saw.
+    """
+    import json
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    for budget in sorted({j.budget for j in jobs}):
+        platforms = sorted({j.platform for j in jobs if j.budget == budget})
+        fig, axes = plt.subplots(len(platforms), 2, figsize=(11, 3.6 * len(platforms)), squeeze=False)
+        drawn = False
+        for row, platform in enumerate(platforms):
+            ax_ave, ax_nll = axes[row]
+            for job in (j for j in jobs if j.budget == budget and j.platform == platform):
+                row = run_row(job, out)
+                if row is None:
+                    continue
+                epochs = json.loads((out / job.name / "history.json").read_text())
+                cpu = [e.get("cpu_s") or e["elapsed_s"] for e in epochs]
+                kept = row["best_epoch"]
+                style = "--" if ARMS[job.arm][0] == "reg" else "-"
+                (line,) = ax_ave.plot(cpu, [e["val_ave"] for e in epochs], style, marker=".", label=job.arm)
+                ax_nll.plot(cpu, [e["val_nll"] for e in epochs], style, marker=".", color=line.get_color())
+                ax_ave.plot(cpu[kept], epochs[kept]["val_ave"], "o", mfc="none", ms=10, color=line.get_color())
+                ax_nll.plot(cpu[kept], epochs[kept]["val_nll"], "o", mfc="none", ms=10, color=line.get_color())
+                drawn = True
+            ax_ave.set(title=f"{platform}, {budget:g} min: validation AVE", xlabel="CPU [s]", ylabel="AVE [m/s]")
+            ax_nll.set(title=f"{platform}, {budget:g} min: validation NLL", xlabel="CPU [s]", ylabel="NLL [nats/axis]")
+            ax_nll.set_yscale("symlog", linthresh=1.0)
+            ax_ave.legend(fontsize=7)
+        if drawn:
+            fig.suptitle("dashed: regression; circle: the epoch kept (best.pt)")
+            fig.tight_layout()
+            path = docs / f"curves_{budget:g}min.png"
+            fig.savefig(path, dpi=90)
+            written.append(path)
+        plt.close(fig)
+    return written
+
+
 def _relative(cmd: list[str], out: Path) -> list[str]:
     """``cmd`` with the repository root and the run folder written relative (for the docs)."""
     shared = str(ROOT.parent / "shared")
@@ -184,6 +236,8 @@ def main(argv: list[str] | None = None) -> int:
             for name in pool.map(lambda j: run_job(j, out), jobs):
                 print(f"done: {name}", flush=True)
     print(report(out, jobs, DOCS))
+    for path in curves(out, jobs, DOCS):
+        print(f"wrote {path}")
     return 0
 
 

@@ -100,6 +100,18 @@ def test_weighted_loss_scales_only_the_kl_gradient():
     assert half.item() == pytest.approx(terms["huber"] + 0.5 * terms["kl"], rel=1e-5)
 
 
+def test_kl_scale_multiplies_lambda_kl_for_the_whole_run(tmp_path):
+    """``kl_scale`` scales λ_KL on top of the ramp: after the ramp the recorded weight is kl_scale, not 1."""
+    flights = [make_flight(1, duration=6.0)]
+    cfg = TrainConfig(model=TINY, stride=10, epochs=3, progress=False, kl_scale=0.25, kl_ramp=0.3, kl_ramp_start=0.1)
+    train(cfg, flights, flights, tmp_path)
+    rows = json.loads((tmp_path / "history.json").read_text())
+    assert rows[-1]["kl_weight"] == pytest.approx(0.25)
+    assert all(0.0 < r["kl_weight"] <= 0.25 for r in rows)
+    with pytest.raises(ValueError, match="kl_scale"):
+        TrainConfig(kl_scale=-0.1)
+
+
 def test_time_budget_plans_epochs_stops_and_records_the_plan(tmp_path):
     flights, val = [make_flight(i, duration=8.0) for i in range(2)], [make_flight(9, duration=4.0)]
     budget_s = 10.0

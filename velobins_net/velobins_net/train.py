@@ -285,7 +285,7 @@ def _train(
             def schedule(i: int, first: int = epoch * steps_per_epoch, total: int = total_steps) -> tuple[float, float]:
                 p = (first + i) / total
                 lr = cfg.lr * lr_factor(p, cfg.lr_schedule, cfg.warmup, cfg.min_lr_ratio)
-                return lr, kl_weight_factor(p, cfg.kl_ramp, cfg.kl_ramp_start)
+                return lr, cfg.kl_scale * kl_weight_factor(p, cfg.kl_ramp, cfg.kl_ramp_start)
 
             stop = budget_stop(planner, dd, device)
             loss, done = train_epoch(

@@ -33,6 +33,8 @@ class TrainConfig:
         kl_ramp: share of the planned steps over which λ_KL rises linearly from kl_ramp_start to 1
             (0 = none, the paper).
         kl_ramp_start: λ_KL multiplier at the first step of the KL ramp.
+        kl_scale: multiplier of λ_KL for the whole run, on top of the ramp (1 = the paper's λ_KL; 0 trains the
+            bins by the Huber term alone, the H^B row of Table II).
         stride: training window stride in samples.
         rotate_windows: each epoch takes every stride-th window from offset epoch mod stride, so stride
             epochs see every window (False: the same windows every epoch).
@@ -74,6 +76,7 @@ class TrainConfig:
     min_lr_ratio: float = 1.0
     kl_ramp: float = 0.0
     kl_ramp_start: float = 1.0
+    kl_scale: float = 1.0
     stride: int = 1
     rotate_windows: bool = False
     val_stride: int = 5
@@ -112,6 +115,8 @@ class TrainConfig:
         for name in ("warmup", "min_lr_ratio", "kl_ramp", "kl_ramp_start"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"TrainConfig.{name}: must be in [0, 1], got {getattr(self, name)}")
+        if not 0.0 <= self.kl_scale <= 10.0:
+            raise ValueError(f"TrainConfig.kl_scale: must be in [0, 10], got {self.kl_scale}")
         if self.patience < 0:
             raise ValueError(f"TrainConfig.patience: must be >= 0, got {self.patience}")
         if self.time_budget is not None and not self.time_budget > 0:

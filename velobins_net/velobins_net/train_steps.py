@@ -115,7 +115,7 @@ def weighted_loss(
     use_nll: bool,
     kl_weight: float,
 ) -> torch.Tensor:
-    """The variant's loss (:func:`~.networks.training_loss`) with λ_KL multiplied by ``kl_weight`` (the KL ramp)."""
+    """The variant's loss (:func:`~.networks.training_loss`) with λ_KL multiplied by ``kl_weight`` (ramp × kl_scale)."""
     if kl_weight == 1.0 or not variant.uses_kl or variant.is_regression:
         return training_loss(variant, out, y, grid, centres, use_nll=use_nll)[0]
     labels: list[torch.Tensor] = []

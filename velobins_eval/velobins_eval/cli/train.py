@@ -47,6 +47,7 @@ TRAIN_FIELDS = (
     "min_lr_ratio",
     "kl_ramp",
     "kl_ramp_start",
+    "kl_scale",
     "seed",
     "best_metric",
     "patience",
@@ -104,6 +105,7 @@ def check_method_options(variant, method: str, given: set[str]) -> None:
         "bin_encoding": not (variant.is_regression or variant.is_baseline),
         "kl_ramp": variant.uses_kl,
         "kl_ramp_start": variant.uses_kl,
+        "kl_scale": variant.uses_kl,
         "baseline_width": variant.is_baseline,
         "frame_width": variant.method == "eqnio",
     }
