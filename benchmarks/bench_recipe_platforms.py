@@ -77,15 +77,16 @@ scaled by 0.1 and 0.01 for the whole run (``--kl-scale``), and λ_KL rising from
 
 @dataclass(frozen=True)
 class Job:
-    """One run: platform, arm, budget [min]."""
+    """One run: platform, arm, budget [min], training seed (parameter init and shuffling)."""
 
     platform: str
     arm: str
     budget: float
+    seed: int = 0
 
     @property
     def name(self) -> str:
-        return f"{self.platform}_{self.budget:g}min_{self.arm}"
+        return f"{self.platform}_{self.budget:g}min_{self.arm}" + (f"_s{self.seed}" if self.seed else "")
 
 
 def platform_data(out: Path, platform: str) -> tuple[str, Path, Path, Path]:
@@ -111,7 +112,7 @@ def commands(job: Job, out: Path) -> tuple[list[str], list[str]]:
     variant, options = ARMS[job.arm]
     run = out / job.name
     train = ["velobins", "train", "--dataset", kind, "--data", str(train_dir), "--variant", variant, *options]
-    train += ["--time-budget", f"{job.budget:g}", "--budget-clock", "cpu", "--seed", "0", "--threads", "1"]
+    train += ["--time-budget", f"{job.budget:g}", "--budget-clock", "cpu", "--seed", str(job.seed), "--threads", "1"]
     train += ["--no-progress"]
     train += ["--cache-dir", str(out / "cache"), "--overwrite", "--out", str(run)]
     evaluate = ["velobins", "evaluate", "--checkpoint", str(run / "best.pt"), "--dataset", kind]
@@ -142,8 +143,9 @@ COLUMNS = (
 
 def report(out: Path, jobs: list[Job], docs: Path) -> str:
     """``table.md`` and ``commands.sh`` in ``docs`` from the finished jobs; returns the table."""
-    head = "| platform | budget [min] | arm | epochs (best) | CPU [s] | " + " | ".join(c[0] for c in COLUMNS) + " |"
-    lines = [head, "|" + "---|" * (5 + len(COLUMNS))]
+    head = "| platform | budget [min] | arm | seed | epochs (best) | CPU [s] | "
+    head += " | ".join(c[0] for c in COLUMNS) + " |"
+    lines = [head, "|" + "---|" * (6 + len(COLUMNS))]
     cmds = ["# the study's commands, in its order (bench_recipe_platforms.py runs them)"]
     for job in jobs:
         r = run_row(job, out)  # the same figures as bench_recipe's table
@@ -154,7 +156,7 @@ def report(out: Path, jobs: list[Job], docs: Path) -> str:
         cells = [fmt.format(r[key]) if isinstance(r.get(key), float) else "—" for _, key, fmt in COLUMNS]
         cpu = f"{r['cpu']:.0f}" if r.get("cpu") else "—"
         lines.append(
-            f"| {job.platform} | {job.budget:g} | {job.arm} | {r['epochs']} ({r['best_epoch']}) | {cpu} | "
+            f"| {job.platform} | {job.budget:g} | {job.arm} | {job.seed} | {r['epochs']} ({r['best_epoch']}) | {cpu} | "
             + " | ".join(cells)
             + " |"
         )
@@ -168,7 +170,7 @@ def report(out: Path, jobs: list[Job], docs: Path) -> str:
 def curves(out: Path, jobs: list[Job], docs: Path) -> list[Path]:
     """``curves_<budget>min.png`` in ``docs``: validation AVE and NLL per epoch against CPU seconds, per platform.
 
-    One figure per budget, a row per platform, a line per arm; the epoch each run kept (its best) is marked.
+    One figure per budget, a row per platform, a line per arm (seed 0); the epoch each run kept is marked.
     These are the runs' own validation curves (``history.json``), the figures checkpoint selection saw.
     """
     import json
@@ -185,7 +187,7 @@ def curves(out: Path, jobs: list[Job], docs: Path) -> list[Path]:
         drawn = False
         for row, platform in enumerate(platforms):
             ax_ave, ax_nll = axes[row]
-            for job in (j for j in jobs if j.budget == budget and j.platform == platform):
+            for job in (j for j in jobs if j.budget == budget and j.platform == platform and j.seed == 0):
                 row = run_row(job, out)
                 if row is None:
                     continue
@@ -224,11 +226,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--budgets", type=float, nargs="+", default=[2.0, 5.0], help="training budgets [min]")
     p.add_argument("--platforms", nargs="+", default=["rpm", "n8"], choices=("rpm", "n8"))
     p.add_argument("--arms", nargs="+", default=list(ARMS), choices=tuple(ARMS))
+    p.add_argument("--seeds", type=int, nargs="+", default=[0], help="training seeds (each a run of every arm)")
     p.add_argument("--jobs", type=int, default=1, help="runs at a time (each uses one thread)")
     p.add_argument("--report", action="store_true", help="write the table from what has finished, run nothing")
     args = p.parse_args(argv)
     out = args.out.resolve()
-    jobs = [Job(pl, arm, b) for b in args.budgets for pl in args.platforms for arm in args.arms]
+    jobs = [Job(pl, arm, b, s) for s in args.seeds for b in args.budgets for pl in args.platforms for arm in args.arms]
     for platform in args.platforms:
         platform_data(out, platform)
     if not args.report:
