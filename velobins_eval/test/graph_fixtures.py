@@ -4,9 +4,14 @@
   epoch, large stride, one torch thread: seconds on a CPU) and writes a held-out flight as a
   rosbag2. The model is deliberately poor: the graph tests check plumbing and agreement with the
   offline pipeline, not accuracy. Cached per process, so both test modules pay for it once.
-* :class:`TopicRecorder` subscribes to graph topics from the calling process (its own rclpy
-  context and spinning thread) while :func:`velobins_eval.graph.run_graph` runs, recording the
-  header stamp, the wall arrival time and whether every number in the message was finite.
+* :class:`ProbeNode` is the calling process's side of a live graph: its own rclpy context (on the
+  test's ROS domain), one node spun on a daemon thread, and a ``/diagnostics`` recorder
+  (:class:`Diag` per status, kept by status name). A test's probe subclasses it and adds only its
+  own publishers and subscriptions (:meth:`ProbeNode.add_endpoints`) and behaviour.
+* :class:`TopicRecorder` is such a probe: it subscribes to graph topics while
+  :func:`velobins_eval.graph.run_graph` runs, recording the header stamp, the wall arrival time
+  and whether every number in the message was finite.
+* :func:`set_stamp` and :func:`stamp_seconds` write and read a message's ``header.stamp``.
 * :func:`drop_totals` parses the ``dropped in total: {...}`` line every node logs when it stops.
 
 rclpy is imported lazily: importing this module needs no ROS install.
@@ -20,9 +25,10 @@ import re
 import shutil
 import threading
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from velobins_data.bag import write_bag
 from velobins_data.flight import Flight
@@ -112,7 +118,7 @@ def drop_totals(log: str) -> dict[str, int]:
     return {} if found[-1] == "nothing" else dict(ast.literal_eval(found[-1]))
 
 
-# ----------------------------------------------------------------------------- in-process subscriber
+# ----------------------------------------------------------------------------- this process's ROS side
 def message_numbers(msg: Any) -> list[float]:
     """Every float of a ROS message, nested messages and arrays included (strings and ints skipped)."""
     out: list[float] = []
@@ -146,9 +152,122 @@ class Arrival:
     finite: bool
 
 
+def set_stamp(msg: Any, t: float) -> None:
+    """Set ``msg.header.stamp`` to ``t`` [s] (nearest nanosecond: :func:`velobins_ros.sec_to_stamp`)."""
+    from velobins_ros import sec_to_stamp  # imports rclpy: lazily, as the rest of this module
+
+    sec_to_stamp(t, msg.header.stamp)
+
+
+def stamp_seconds(msg: Any) -> float:
+    """``msg.header.stamp`` in seconds (:func:`velobins_ros.stamp_to_sec`)."""
+    from velobins_ros import stamp_to_sec
+
+    return stamp_to_sec(msg.header.stamp)
+
+
 @dataclass
-class TopicRecorder:
+class Diag:
+    """One received status: wall arrival (time.monotonic) [s], level, message, key-values."""
+
+    wall: float
+    level: int
+    message: str
+    values: dict[str, str]
+
+
+class ProbeNode:
+    """This process's side of a live graph: own rclpy context and node, spun on a daemon thread.
+
+    The context is private (not rclpy's default one), on the test's ``domain_id``, and installs no
+    signal handlers (Ctrl-C stays pytest's). Every ``/diagnostics`` status is
+    kept in ``diags[status name]`` in arrival order (unless ``diagnostics`` is False). A subclass
+    creates its publishers and subscriptions in :meth:`add_endpoints`, which runs before the
+    executor starts, so nothing arrives before its subscription exists; state its callbacks use
+    is set before ``super().__init__``. Call :meth:`close` when done (or use it as a context manager).
+
+    Attributes:
+        ctx, node, executor: the rclpy context, node and executor.
+        reliable: reliable QoS of depth ``depth``, for ``/diagnostics`` and the subclass's own endpoints.
+        diags: status name -> the statuses received under that name.
+    """
+
+    SPIN_TIMEOUT = 0.05
+    """Longest wait of one executor spin [s]: how soon the spinning thread notices :meth:`close`."""
+
+    def __init__(self, domain_id: int, name: str, *, depth: int = 100, diagnostics: bool = True) -> None:
+        import rclpy
+        from rclpy.context import Context
+        from rclpy.executors import SingleThreadedExecutor
+        from rclpy.qos import QoSProfile, ReliabilityPolicy
+        from rclpy.signals import SignalHandlerOptions
+
+        self.ctx = Context()
+        rclpy.init(args=[], context=self.ctx, domain_id=domain_id, signal_handler_options=SignalHandlerOptions.NO)
+        self.node = rclpy.create_node(name, context=self.ctx)
+        self.reliable = QoSProfile(depth=depth, reliability=ReliabilityPolicy.RELIABLE)
+        self.diags: dict[str, list[Diag]] = {}
+        try:
+            if diagnostics:
+                from diagnostic_msgs.msg import DiagnosticArray
+
+                self.node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diag, self.reliable)
+            self.add_endpoints()
+        except BaseException:
+            self.node.destroy_node()
+            self.ctx.try_shutdown()
+            raise
+        self.executor = SingleThreadedExecutor(context=self.ctx)
+        self.executor.add_node(self.node)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._spin, name=f"{name}-spin", daemon=True)
+        self._thread.start()
+
+    def add_endpoints(self) -> None:
+        """Create this probe's publishers, subscriptions and clients on ``self.node`` (none here)."""
+
+    def _on_diag(self, msg: Any) -> None:
+        now = time.monotonic()
+        for s in msg.status:
+            level = s.level[0] if isinstance(s.level, bytes) else int(s.level)
+            values = {kv.key: kv.value for kv in s.values}
+            self.diags.setdefault(s.name, []).append(Diag(now, level, s.message, values))
+
+    def _spin(self) -> None:
+        while not self._stop.is_set() and self.ctx.ok():
+            self.executor.spin_once(timeout_sec=self.SPIN_TIMEOUT)
+
+    def wait_for(self, what: Callable[[], Any], timeout: float, label: str) -> None:
+        """Return once ``what()`` is true (polled every 50 ms, callbacks run on the spinning thread).
+
+        Raises:
+            AssertionError: ``timeout`` [s] passed first ("timed out waiting for <label>").
+        """
+        end = time.monotonic() + timeout
+        while not what():
+            if time.monotonic() > end:
+                raise AssertionError(f"timed out waiting for {label}")
+            time.sleep(0.05)
+
+    def close(self) -> None:
+        """Stop spinning, destroy the node and shut the context down."""
+        self._stop.set()
+        self._thread.join(timeout=5.0)
+        self.executor.shutdown()
+        self.node.destroy_node()
+        self.ctx.try_shutdown()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class TopicRecorder(ProbeNode):
     """Records arrivals on graph topics from this process while a graph runs (use as a context manager).
+
+    Listening starts on construction; leaving the ``with`` block stops it.
 
     Attributes:
         domain_id: ROS domain of the graph.
@@ -158,66 +277,49 @@ class TopicRecorder:
             CPU: leave off for topics that only serve latency).
         depth: subscription queue depth (deep, so a busy moment loses nothing).
         keep: topics whose messages are also kept, in arrival order, in ``messages``.
+        arrivals: topic -> its arrivals, in arrival order.
     """
 
-    domain_id: int
-    topics: dict[str, type]
-    sensor_topics: tuple[str, ...] = ()
-    check_finite: tuple[str, ...] = ()
-    depth: int = 2000
-    keep: tuple[str, ...] = ()
-    arrivals: dict[str, list[Arrival]] = field(default_factory=dict)
-    messages: dict[str, list[Any]] = field(default_factory=dict)
+    def __init__(
+        self,
+        domain_id: int,
+        topics: dict[str, type],
+        sensor_topics: tuple[str, ...] = (),
+        check_finite: tuple[str, ...] = (),
+        depth: int = 2000,
+        keep: tuple[str, ...] = (),
+    ) -> None:
+        self.domain_id, self.topics, self.sensor_topics = domain_id, topics, sensor_topics
+        self.check_finite, self.depth, self.keep = check_finite, depth, keep
+        self.arrivals: dict[str, list[Arrival]] = {}
+        self.messages: dict[str, list[Any]] = {}
+        super().__init__(domain_id, "graph_test_recorder", depth=depth, diagnostics=False)
 
-    def __enter__(self) -> TopicRecorder:
-        import rclpy
-        from rclpy.context import Context
-        from rclpy.executors import SingleThreadedExecutor
+    def add_endpoints(self) -> None:
         from rclpy.qos import QoSProfile, ReliabilityPolicy
-        from rclpy.signals import SignalHandlerOptions
 
-        self._ctx = Context()
-        rclpy.init(args=[], context=self._ctx, domain_id=self.domain_id, signal_handler_options=SignalHandlerOptions.NO)
-        self._node = rclpy.create_node("graph_test_recorder", context=self._ctx)
         for topic, msg_type in self.topics.items():
             reliability = ReliabilityPolicy.BEST_EFFORT if topic in self.sensor_topics else ReliabilityPolicy.RELIABLE
             qos = QoSProfile(depth=self.depth, reliability=reliability)
             self.arrivals[topic] = []
             if topic in self.keep:
                 self.messages[topic] = []
-            self._node.create_subscription(msg_type, topic, self._callback(topic), qos)
-        self._executor = SingleThreadedExecutor(context=self._ctx)
-        self._executor.add_node(self._node)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._spin, name="graph-test-recorder", daemon=True)
-        self._thread.start()
-        return self
+            self.node.create_subscription(msg_type, topic, self._callback(topic), qos)
 
-    def _callback(self, topic: str):
+    def _callback(self, topic: str) -> Callable[[Any], None]:
         rows = self.arrivals[topic]
         check = topic in self.check_finite
         kept = self.messages.get(topic)
 
         def on_message(msg: Any) -> None:
             wall = time.monotonic()
-            stamp = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
+            stamp = stamp_seconds(msg)
             finite = all(math.isfinite(x) for x in message_numbers(msg)) if check else True
             rows.append(Arrival(stamp, wall, finite))
             if kept is not None:
                 kept.append(msg)
 
         return on_message
-
-    def _spin(self) -> None:
-        while not self._stop.is_set() and self._ctx.ok():
-            self._executor.spin_once(timeout_sec=0.05)
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5.0)
-        self._executor.shutdown()
-        self._node.destroy_node()
-        self._ctx.try_shutdown()
 
 
 def split_passes(rows: list[Arrival], jump: float = 0.5) -> list[list[Arrival]]:

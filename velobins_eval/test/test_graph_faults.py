@@ -43,12 +43,11 @@ from __future__ import annotations
 
 import bisect
 import math
-import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import graph_fixtures as gf
 import numpy as np
 import pytest
 
@@ -75,78 +74,40 @@ INIT_SIGMA_VEL = 0.1
 """filter.init_sigma_vel (velobins.yaml) [m/s]: what a hold adds to the velocity σ."""
 
 
-@dataclass
-class Diag:
-    wall: float
-    level: int
-    message: str
-    values: dict[str, str]
-
-
-class Probe:
-    """IMU, velocity and set_pose publishers, the reset client, and /diagnostics and odometry recorders."""
+class Probe(gf.ProbeNode):
+    """IMU, velocity and set_pose publishers, the reset client, and an odometry recorder (and /diagnostics)."""
 
     def __init__(self, domain_id: int, flight: Any) -> None:
-        import rclpy
-        from diagnostic_msgs.msg import DiagnosticArray
+        self.flight = flight
+        self.odometry: list[tuple[float, Any]] = []  # (wall, message)
+        self.marks: list[tuple[str, float]] = []  # (what, wall): restarts and set poses split the odometry
+        self.vel_stamps: list[float] = []
+        self.k = 0  # flight sample
+        self.offset = 0.0  # stamp = wall clock + offset
+        self.rng = np.random.default_rng(0)
+        super().__init__(domain_id, "fault_probe", depth=1000)
+
+    def add_endpoints(self) -> None:
         from geometry_msgs.msg import PoseWithCovarianceStamped
         from nav_msgs.msg import Odometry
-        from rclpy.context import Context
-        from rclpy.executors import SingleThreadedExecutor
-        from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
-        from rclpy.signals import SignalHandlerOptions
+        from rclpy.qos import qos_profile_sensor_data
         from sensor_msgs.msg import Imu
         from std_srvs.srv import Trigger
 
         from velobins_msgs.msg import VelocityEstimate
 
-        self.flight = flight
-        self.ctx = Context()
-        rclpy.init(args=[], context=self.ctx, domain_id=domain_id, signal_handler_options=SignalHandlerOptions.NO)
-        self.node = rclpy.create_node("fault_probe", context=self.ctx)
-        reliable = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
         self.imu_pub = self.node.create_publisher(Imu, "/imu", qos_profile_sensor_data)
-        self.vel_pub = self.node.create_publisher(VelocityEstimate, "/velobins/velocity", reliable)
-        self.pose_pub = self.node.create_publisher(PoseWithCovarianceStamped, "/set_pose", reliable)
+        self.vel_pub = self.node.create_publisher(VelocityEstimate, "/velobins/velocity", self.reliable)
+        self.pose_pub = self.node.create_publisher(PoseWithCovarianceStamped, "/set_pose", self.reliable)
         self.reset = self.node.create_client(Trigger, "/reset")
         self.Trigger, self.Pose = Trigger, PoseWithCovarianceStamped
         self.imu, self.vel = Imu(), VelocityEstimate()
         self.imu.header.frame_id = "base_link"
         self.vel.covariance = (np.eye(3) * NOISE**2).reshape(-1).tolist()
-        self.diags: list[Diag] = []
-        self.odometry: list[tuple[float, Any]] = []  # (wall, message)
-        self.marks: list[tuple[str, float]] = []  # (what, wall): restarts and set poses split the odometry
-        self.vel_stamps: list[float] = []
-        self.node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diag, reliable)
-        self.node.create_subscription(Odometry, "/velobins/odometry", self._on_odom, reliable)
-        self.executor = SingleThreadedExecutor(context=self.ctx)
-        self.executor.add_node(self.node)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._spin, daemon=True)
-        self._thread.start()
-        self.k = 0  # flight sample
-        self.offset = 0.0  # stamp = wall clock + offset
-        self.rng = np.random.default_rng(0)
-
-    def _on_diag(self, msg: Any) -> None:
-        now = time.monotonic()
-        for s in msg.status:
-            if s.name == EKF:
-                level = s.level[0] if isinstance(s.level, bytes) else int(s.level)
-                self.diags.append(Diag(now, level, s.message, {kv.key: kv.value for kv in s.values}))
+        self.node.create_subscription(Odometry, "/velobins/odometry", self._on_odom, self.reliable)
 
     def _on_odom(self, msg: Any) -> None:
         self.odometry.append((time.monotonic(), msg))
-
-    def _spin(self) -> None:
-        while not self._stop.is_set() and self.ctx.ok():
-            self.executor.spin_once(timeout_sec=0.02)
-
-    def wait_for(self, what, timeout: float, label: str) -> None:
-        end = time.monotonic() + timeout
-        while not what():
-            assert time.monotonic() < end, f"timed out waiting for {label}"
-            time.sleep(0.05)
 
     def play(self, seconds: float, imu: str = "flu", velocity: bool = True) -> None:
         """Publish the flight in real time for ``seconds`` (``imu``: 'flu', 'g' units, 'frd' frame)."""
@@ -161,7 +122,7 @@ class Probe:
                 acc = acc / STANDARD_GRAVITY
             elif imu == "frd":
                 acc, gyro = acc * [1.0, -1.0, -1.0], gyro * [1.0, -1.0, -1.0]
-            _set_stamp(imu_msg, stamp)
+            gf.set_stamp(imu_msg, stamp)
             a, w = imu_msg.linear_acceleration, imu_msg.angular_velocity
             a.x, a.y, a.z = (float(x) for x in acc)
             w.x, w.y, w.z = (float(x) for x in gyro)
@@ -169,8 +130,8 @@ class Probe:
             if velocity and self.k % every == 0:
                 rot = _rot(f.q[k])
                 z = rot.T @ f.v[k] + self.rng.normal(0.0, NOISE, 3)
-                _set_stamp(vel, stamp)
-                self.vel_stamps.append(_stamp(vel))
+                gf.set_stamp(vel, stamp)
+                self.vel_stamps.append(gf.stamp_seconds(vel))
                 vel.velocity.x, vel.velocity.y, vel.velocity.z = (float(x) for x in z)
                 self.vel_pub.publish(vel)
             self.k += 1
@@ -186,7 +147,7 @@ class Probe:
         f, k = self.flight, self.k % len(self.flight.t)
         msg = self.Pose()
         msg.header.frame_id = "odom"
-        _set_stamp(msg, time.time() + self.offset)
+        gf.set_stamp(msg, time.time() + self.offset)
         p, q = msg.pose.pose.position, msg.pose.pose.orientation
         p.x, p.y, p.z = (float(x) for x in f.p[k])
         q.x, q.y, q.z, q.w = (float(x) for x in f.q[k])
@@ -201,26 +162,11 @@ class Probe:
         self.wait_for(future.done, 10.0, "/reset")
         return future.result()
 
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5.0)
-        self.executor.shutdown()
-        self.node.destroy_node()
-        self.ctx.try_shutdown()
-
-
-def _set_stamp(msg: Any, t: float) -> None:
-    msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(int(t * 1e9), 1_000_000_000)
-
 
 def _rot(q_xyzw: np.ndarray) -> np.ndarray:
     from scipy.spatial.transform import Rotation
 
     return Rotation.from_quat(q_xyzw).as_matrix()
-
-
-def _stamp(msg: Any) -> float:
-    return msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
 
 
 @pytest.fixture(scope="module")
@@ -250,7 +196,7 @@ def test_faults_are_named_and_odometry_never_jumps(ros_domain: int, flight: Any,
         phases[name] = (t0, time.monotonic())
 
     try:
-        probe.wait_for(lambda: probe.diags, 60.0, "the EKF's diagnostics")
+        probe.wait_for(lambda: EKF in probe.diags, 60.0, "the EKF's diagnostics")
         probe.wait_for(lambda: probe.imu_pub.get_subscription_count() >= 1, 10.0, "the IMU subscriber")
         phase("nominal", lambda: probe.play(4.0))
 
@@ -291,13 +237,13 @@ def test_faults_are_named_and_odometry_never_jumps(ros_domain: int, flight: Any,
         if proc.poll() is None:
             proc.send_signal(signal.SIGINT)
         proc.wait(timeout=20)
-    diags, text = probe.diags, log.read_text()
+    diags, text = probe.diags[EKF], log.read_text()
 
-    def inside(name: str, settle: float = 0.0, until: float | None = None) -> list[Diag]:
+    def inside(name: str, settle: float = 0.0, until: float | None = None) -> list[gf.Diag]:
         t0, t1 = phases[name]
         return [d for d in diags if t0 + settle <= d.wall <= (t0 + until if until is not None else t1)]
 
-    def last(name: str) -> Diag:
+    def last(name: str) -> gf.Diag:
         found = inside(name)
         assert found, f"no status in phase {name}"
         return found[-1]
@@ -335,9 +281,9 @@ def test_faults_are_named_and_odometry_never_jumps(ros_domain: int, flight: Any,
     stamps = sorted(probe.vel_stamps)
     checked, worst = 0, 0.0
     for (w0, m0), (w1, m1) in zip(probe.odometry, probe.odometry[1:], strict=False):
-        if any(w0 - 0.5 <= c <= w1 + 0.5 for c in cuts) or _stamp(m1) <= _stamp(m0):
+        if any(w0 - 0.5 <= c <= w1 + 0.5 for c in cuts) or gf.stamp_seconds(m1) <= gf.stamp_seconds(m0):
             continue  # a restart or a set pose between them (or a new run's first message)
-        t0, t1 = _stamp(m0), _stamp(m1)
+        t0, t1 = gf.stamp_seconds(m0), gf.stamp_seconds(m1)
         tau = min(t1 - t0, TAU_MAX)
         sigma_v = math.sqrt(max(m0.twist.covariance[i * 7] for i in range(3)))
         sigma_p = math.sqrt(max(m0.pose.covariance[i * 7] for i in range(3))) + (sigma_v + INIT_SIGMA_VEL) * tau

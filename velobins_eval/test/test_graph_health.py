@@ -25,10 +25,7 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -83,68 +80,27 @@ def stop(procs: list[subprocess.Popen]) -> None:
             p.wait()
 
 
-@dataclass
-class Diag:
-    """One received status: wall arrival (monotonic) [s], level, message, key-values."""
-
-    wall: float
-    level: int
-    message: str
-    values: dict[str, str]
-
-
-class Probe:
-    """This process's ROS side: IMU / rotor / velocity publishers, /diagnostics and odometry recorders."""
+class Probe(gf.ProbeNode):
+    """This process's ROS side: IMU / rotor / velocity publishers, an odometry recorder (and /diagnostics)."""
 
     def __init__(self, domain_id: int) -> None:
-        import rclpy
-        from diagnostic_msgs.msg import DiagnosticArray
+        self.odometry: list[float] = []  # wall arrival times
+        super().__init__(domain_id, "health_probe", depth=100)
+
+    def add_endpoints(self) -> None:
         from nav_msgs.msg import Odometry
-        from rclpy.context import Context
-        from rclpy.executors import SingleThreadedExecutor
-        from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
-        from rclpy.signals import SignalHandlerOptions
+        from rclpy.qos import qos_profile_sensor_data
         from sensor_msgs.msg import Imu
 
         from velobins_msgs.msg import RotorSpeeds, VelocityEstimate
 
-        self.ctx = Context()
-        rclpy.init(args=[], context=self.ctx, domain_id=domain_id, signal_handler_options=SignalHandlerOptions.NO)
-        self.node = rclpy.create_node("health_probe", context=self.ctx)
-        reliable = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
         self.imu_pub = self.node.create_publisher(Imu, "/imu", qos_profile_sensor_data)
         self.rotor_pub = self.node.create_publisher(RotorSpeeds, "/rotor_speeds", qos_profile_sensor_data)
-        self.vel_pub = self.node.create_publisher(VelocityEstimate, "/velobins/velocity", reliable)
+        self.vel_pub = self.node.create_publisher(VelocityEstimate, "/velobins/velocity", self.reliable)
         self.Imu, self.RotorSpeeds, self.VelocityEstimate = Imu, RotorSpeeds, VelocityEstimate
-        self.diags: dict[str, list[Diag]] = {}
-        self.odometry: list[float] = []  # wall arrival times
-        self.node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diag, reliable)
         self.node.create_subscription(
-            Odometry, "/velobins/odometry", lambda m: self.odometry.append(time.monotonic()), reliable
+            Odometry, "/velobins/odometry", lambda m: self.odometry.append(time.monotonic()), self.reliable
         )
-        self.executor = SingleThreadedExecutor(context=self.ctx)
-        self.executor.add_node(self.node)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._spin, daemon=True)
-        self._thread.start()
-
-    def _on_diag(self, msg: Any) -> None:
-        now = time.monotonic()
-        for s in msg.status:
-            level = s.level[0] if isinstance(s.level, bytes) else int(s.level)
-            values = {kv.key: kv.value for kv in s.values}
-            self.diags.setdefault(s.name, []).append(Diag(now, level, s.message, values))
-
-    def _spin(self) -> None:
-        while not self._stop.is_set() and self.ctx.ok():
-            self.executor.spin_once(timeout_sec=0.02)
-
-    def wait_for(self, what: Callable[[], bool], timeout: float, label: str) -> None:
-        end = time.monotonic() + timeout
-        while not what():
-            if time.monotonic() > end:
-                raise AssertionError(f"timed out waiting for {label}")
-            time.sleep(0.05)
 
     def set_parameters(self, node: str, values: dict[str, Any]) -> list[Any]:
         """Results of ``/<node>/set_parameters`` (one per value, in order)."""
@@ -160,17 +116,6 @@ class Probe:
         self.wait_for(future.done, 10.0, f"{node}/set_parameters")
         self.node.destroy_client(client)
         return list(future.result().results)
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5.0)
-        self.executor.shutdown()
-        self.node.destroy_node()
-        self.ctx.try_shutdown()
-
-
-def _stamp(msg: Any, t: float) -> None:
-    msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(int(t * 1e9), 1_000_000_000)
 
 
 class Feeder:
@@ -197,21 +142,21 @@ class Feeder:
             a, w = imu.linear_acceleration, imu.angular_velocity
             a.x, a.y, a.z = (float(x) for x in f.acc[k])
             w.x, w.y, w.z = (float(x) for x in f.gyro[k])
-            _stamp(imu, t)
+            gf.set_stamp(imu, t)
             p.imu_pub.publish(imu)
             if rotor:
                 rot.speeds = [float(x) for x in f.rotor[k]]
-                _stamp(rot, t - rotor_lag)
+                gf.set_stamp(rot, t - rotor_lag)
                 p.rotor_pub.publish(rot)
             if velocity and self.i % max(1, round(self.rate / 20.0)) == 0:
-                _stamp(vel, t)
+                gf.set_stamp(vel, t)
                 p.vel_pub.publish(vel)
             self.i += 1
             n += 1
             time.sleep(max(0.0, start + n / self.rate - time.monotonic()))
 
 
-def last_in(diags: list[Diag], start: float, end: float) -> Diag:
+def last_in(diags: list[gf.Diag], start: float, end: float) -> gf.Diag:
     inside = [d for d in diags if start <= d.wall <= end]
     assert inside, f"no status between {start:.2f} and {end:.2f}: {[(d.wall, d.message) for d in diags]}"
     return inside[-1]

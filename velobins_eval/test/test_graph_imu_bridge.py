@@ -83,11 +83,11 @@ class Feeder:
         self.Imu, self.JointState, self.RotorSpeeds = Imu, JointState, RotorSpeeds
 
     def _on_estimate(self, msg: Any) -> None:
-        stamp = round(msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9, 6)
+        stamp = round(gf.stamp_seconds(msg), 6)
         self.estimates[stamp] = np.array([msg.velocity.x, msg.velocity.y, msg.velocity.z])
 
     def _on_diagnostics(self, msg: Any) -> None:
-        if msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9 < self.since:
+        if gf.stamp_seconds(msg) < self.since:
             return
         for status in msg.status:
             if status.name.endswith("velobins_net: velocity network"):
@@ -108,21 +108,16 @@ class Feeder:
         while time.monotonic() < end:
             rclpy.spin_once(self.node, timeout_sec=0.01)
 
-    @staticmethod
-    def _stamp(stamp: Any, t: float) -> None:
-        ns = round(t * 1e9)
-        stamp.sec, stamp.nanosec = divmod(ns, 1_000_000_000)
-
     def send_imu(self, bridged: bool, t: float, acc: np.ndarray, gyro: np.ndarray) -> None:
         if bridged:  # Crazyswarm2: acc.x/y/z [g], gyro.x/y/z [deg/s], as float32
             msg = self.JointState()
-            self._stamp(msg.header.stamp, t)
+            gf.set_stamp(msg, t)
             values = np.concatenate([acc / STANDARD_GRAVITY, np.degrees(gyro)]).astype(np.float32)
             msg.position = values.astype(np.float64).tolist()
             self.cf_pub.publish(msg)
             return
         msg = self.Imu()
-        self._stamp(msg.header.stamp, t)
+        gf.set_stamp(msg, t)
         msg.header.frame_id = "base_link"
         msg.linear_acceleration.x, msg.linear_acceleration.y, msg.linear_acceleration.z = (float(v) for v in acc)
         msg.angular_velocity.x, msg.angular_velocity.y, msg.angular_velocity.z = (float(v) for v in gyro)
@@ -130,7 +125,7 @@ class Feeder:
 
     def send_rotor(self, t: float, speeds: np.ndarray) -> None:
         msg = self.RotorSpeeds()
-        self._stamp(msg.header.stamp, t)
+        gf.set_stamp(msg, t)
         msg.kind = self.RotorSpeeds.KIND_NORMALIZED
         msg.speeds = [float(v) for v in speeds]
         self.rotor_pub.publish(msg)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -72,24 +71,21 @@ def start_node(ns: str, model: Path, log: Path, extra: list[str]) -> subprocess.
         return subprocess.Popen([*cmd, *extra], stdout=out, stderr=subprocess.STDOUT)
 
 
-class Driver:
+class Driver(gf.ProbeNode):
     """Publishers (IMU, rotor per namespace; latched /tf_static) and velocity recorders in this process."""
 
     def __init__(self, domain_id: int) -> None:
-        import rclpy
-        from rclpy.context import Context
-        from rclpy.executors import SingleThreadedExecutor
+        self.velocities: dict[str, list[tuple[float, tuple[float, float, float]]]] = {ns: [] for ns in NAMESPACES}
+        super().__init__(domain_id, "imu_frame_graph_driver", depth=1000, diagnostics=False)
+
+    def add_endpoints(self) -> None:
         from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
-        from rclpy.signals import SignalHandlerOptions
         from sensor_msgs.msg import Imu
 
         from tf2_msgs.msg import TFMessage
         from velobins_msgs.msg import RotorSpeeds, VelocityEstimate
 
-        self.ctx = Context()
-        rclpy.init(args=[], context=self.ctx, domain_id=domain_id, signal_handler_options=SignalHandlerOptions.NO)
-        self.node = rclpy.create_node("imu_frame_graph_driver", context=self.ctx)
-        data_qos = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
+        data_qos = self.reliable
         latched = QoSProfile(
             depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL
         )
@@ -98,31 +94,21 @@ class Driver:
         self.rotor_pub = {
             ns: self.node.create_publisher(RotorSpeeds, f"/{ns}/rotor_speeds", data_qos) for ns in NAMESPACES
         }
-        self.velocities: dict[str, list[tuple[float, tuple[float, float, float]]]] = {ns: [] for ns in NAMESPACES}
         self.vel_sub = {
             ns: self.node.create_subscription(
                 VelocityEstimate, f"/{ns}/velobins/velocity", self._recorder(ns), data_qos
             )
             for ns in NAMESPACES
         }
-        self._executor = SingleThreadedExecutor(context=self.ctx)
-        self._executor.add_node(self.node)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._spin, daemon=True)
-        self._thread.start()
 
     def _recorder(self, ns: str):
         rows = self.velocities[ns]
 
         def on_velocity(msg: Any) -> None:
             v = msg.velocity
-            rows.append((msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9, (v.x, v.y, v.z)))
+            rows.append((gf.stamp_seconds(msg), (v.x, v.y, v.z)))
 
         return on_velocity
-
-    def _spin(self) -> None:
-        while not self._stop.is_set() and self.ctx.ok():
-            self._executor.spin_once(timeout_sec=0.05)
 
     def publish_static(self, parent: str, child: str, quaternion: tuple[float, ...]) -> None:
         from geometry_msgs.msg import TransformStamped
@@ -163,8 +149,7 @@ class Driver:
         kind = rotor_kind_code(flight.rotor_kind)
 
         def stamp(msg: Any, i: int) -> None:
-            ns_total = round((float(flight.t[i]) + STAMP_OFFSET) * 1e9)
-            msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(ns_total, 1_000_000_000)
+            gf.set_stamp(msg, float(flight.t[i]) + STAMP_OFFSET)
             msg.header.frame_id = frame_id
 
         def rotor(i: int) -> None:
@@ -200,13 +185,6 @@ class Driver:
             time.sleep(0.1)
             if len(self.velocities[ns]) != count:
                 count, since = len(self.velocities[ns]), time.monotonic()
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5.0)
-        self._executor.shutdown()
-        self.node.destroy_node()
-        self.ctx.try_shutdown()
 
 
 @pytest.mark.ros
