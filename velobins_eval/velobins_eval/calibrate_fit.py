@@ -417,11 +417,14 @@ def refine(value: Callable[[np.ndarray], float], x: np.ndarray, f: float, boxes,
     from scipy.optimize import minimize
 
     n = len(x)
-    steps = [0.25 if x[i] + 0.25 <= boxes[i][1] else -0.25 for i in range(n)]
-    simplex = np.vstack([x] + [x + steps[i] * np.eye(n)[i] for i in range(n)])
+    # The best point so far may lie outside a box centred elsewhere (a variance scale that starts at 1 while its
+    # search is centred on the network's own errors): Nelder-Mead starts from its projection into the boxes.
+    start = np.clip(x, [b[0] for b in boxes], [b[1] for b in boxes])
+    steps = [0.25 if start[i] + 0.25 <= boxes[i][1] else -0.25 for i in range(n)]
+    simplex = np.vstack([start] + [start + steps[i] * np.eye(n)[i] for i in range(n)])
     res = minimize(
         value,
-        x,
+        start,
         method="Nelder-Mead",
         bounds=boxes,
         options={"initial_simplex": simplex, "xatol": 0.01, "fatol": 1e-4, "maxfev": max(1, max_evals)},
