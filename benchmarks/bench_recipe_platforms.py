@@ -121,11 +121,57 @@ def commands(job: Job, out: Path) -> tuple[list[str], list[str]]:
     return train, evaluate
 
 
+def heldout_dir(job: Job, out: Path) -> Path:
+    """A folder of links to the flights ``job``'s checkpoint was selected on (its ``data['val']``), and their
+    sidecar files: the flights the variance scale is calibrated on, which the network never trained on."""
+    import torch
+
+    ckpt = torch.load(out / job.name / "best.pt", map_location="cpu", weights_only=False)
+    folder = out / job.name / "heldout"
+    folder.mkdir(exist_ok=True)
+    for flight in ckpt["data"]["val"]:
+        source = Path(flight["source"])
+        for path in source.parent.glob(flight["name"] + "*"):  # the flight and its sidecars (metadata)
+            if not (folder / path.name).exists():
+                (folder / path.name).symlink_to(path.resolve())
+    return folder
+
+
+def calibrated_commands(job: Job, out: Path) -> tuple[list[str], list[str]]:
+    """The own-vehicle flow's last two steps for ``job``: ``velobins calibrate`` of the network variance scale s
+    alone (the IMU noise is the platform's, in its parameter file) on the held-out validation flight, then
+    ``velobins evaluate`` on the test flights with that overlay."""
+    kind, _, test_dir, params = platform_data(out, job.platform)
+    run = out / job.name
+    calibrate = ["velobins", "calibrate", "--dataset", kind, "--checkpoint", str(run / "best.pt")]
+    calibrate += ["--heldout", str(heldout_dir(job, out)), "--params", str(params), "--fit", "variance_scale"]
+    calibrate += ["--workers", "1", "--threads", "1", "--overwrite", "--out", str(run / "overlay.yaml")]
+    evaluate = ["velobins", "evaluate", "--checkpoint", str(run / "best.pt"), "--dataset", kind]
+    evaluate += ["--data", str(test_dir), "--params", str(params), "--params", str(run / "overlay.yaml")]
+    evaluate += ["--threads", "1", "--no-imu-only", "--cache-dir", str(out / "cache"), "--overwrite"]
+    evaluate += ["--out", str(run / "eval_cal")]
+    return calibrate, evaluate
+
+
+def run_calibrated(job: Job, out: Path) -> None:
+    """Calibrate s on the held-out flight and evaluate with it (skipped when done; ``calibrate.log``)."""
+    run = out / job.name
+    if (run / "eval_cal" / "metrics.json").exists() or not (run / "done").exists():
+        return
+    calibrate, evaluate = calibrated_commands(job, out)
+    nice = ["nice", "-n", "5"]
+    with open(run / "calibrate.log", "w") as log:
+        subprocess.run([*nice, *calibrate], stdout=log, stderr=subprocess.STDOUT, check=True, cwd=ROOT)
+        subprocess.run([*nice, *evaluate], stdout=log, stderr=subprocess.STDOUT, check=True, cwd=ROOT)
+
+
 def run_job(job: Job, out: Path) -> str:
     """Train and evaluate ``job``, niced (skipping what has finished; logs in ``<run>/train.log`` / ``eval.log``)."""
     train, evaluate = commands(job, out)
     nice = ["nice", "-n", "5"]
     train_and_evaluate(out / job.name, [*nice, *train], [*nice, *evaluate])
+    if "flights" in ARMS[job.arm][1]:  # a whole flight held out: the own-vehicle flow's calibration applies
+        run_calibrated(job, out)
     return job.name
 
 
@@ -140,12 +186,39 @@ COLUMNS = (
 )
 """Report columns: header, ``metrics.json`` aggregate key, format."""
 
+CAL_COLUMNS = (
+    ("fused AVE, s cal.", "ave", "{:.3f}"),
+    ("NEES median, s cal.", "nees_median", "{:.2f}"),
+    ("NEES in 95 %, s cal.", "nees_in_bounds", "{:.1%}"),
+)
+"""Columns of the calibrated evaluation (``eval_cal``: s fitted on the held-out validation flight)."""
+
+
+def calibrated_row(job: Job, out: Path) -> dict | None:
+    """The calibrated evaluation's aggregate and fitted s of ``job`` (None where it did not run)."""
+    import json
+
+    import yaml
+
+    run = out / job.name
+    metrics = run / "eval_cal" / "metrics.json"
+    if not metrics.exists():
+        return None
+    agg = next(iter(json.loads(metrics.read_text()).values()))["aggregate"]
+    overlay = yaml.safe_load((run / "overlay.yaml").read_text())
+    scale = float("nan")
+    for block in overlay.values():
+        predictor = block.get("ros__parameters", {}).get("predictor", {})
+        if "variance_scale" in predictor:
+            scale = predictor["variance_scale"]
+    return {**agg, "s": float(scale)}
+
 
 def report(out: Path, jobs: list[Job], docs: Path) -> str:
     """``table.md`` and ``commands.sh`` in ``docs`` from the finished jobs; returns the table."""
     head = "| platform | budget [min] | arm | seed | epochs (best) | CPU [s] | "
-    head += " | ".join(c[0] for c in COLUMNS) + " |"
-    lines = [head, "|" + "---|" * (6 + len(COLUMNS))]
+    head += " | ".join(c[0] for c in (*COLUMNS, ("s", "", ""), *CAL_COLUMNS)) + " |"
+    lines = [head, "|" + "---|" * (7 + len(COLUMNS) + len(CAL_COLUMNS))]
     cmds = ["# the study's commands, in its order (bench_recipe_platforms.py runs them)"]
     for job in jobs:
         r = run_row(job, out)  # the same figures as bench_recipe's table
@@ -153,7 +226,12 @@ def report(out: Path, jobs: list[Job], docs: Path) -> str:
             continue
         train, evaluate = commands(job, out)
         cmds += [shlex.join(_relative(train, out)), shlex.join(_relative(evaluate, out))]
+        if (out / job.name / "eval_cal" / "metrics.json").exists():
+            cmds += [shlex.join(_relative(c, out)) for c in calibrated_commands(job, out)]
         cells = [fmt.format(r[key]) if isinstance(r.get(key), float) else "—" for _, key, fmt in COLUMNS]
+        cal = calibrated_row(job, out) or {}
+        cells.append(f"{cal['s']:.3g}" if "s" in cal else "—")
+        cells += [fmt.format(cal[key]) if isinstance(cal.get(key), float) else "—" for _, key, fmt in CAL_COLUMNS]
         cpu = f"{r['cpu']:.0f}" if r.get("cpu") else "—"
         lines.append(
             f"| {job.platform} | {job.budget:g} | {job.arm} | {job.seed} | {r['epochs']} ({r['best_epoch']}) | {cpu} | "
