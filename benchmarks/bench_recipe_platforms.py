@@ -64,6 +64,7 @@ ARMS: dict[str, tuple[str, tuple[str, ...]]] = {
     "gh_kls01": ("G+H", ("--recipe", "paper", "--val-split", "flights", "--kl-scale", "0.1")),
     "gh_kls001": ("G+H", ("--recipe", "paper", "--val-split", "flights", "--kl-scale", "0.01")),
     "gh_kllate": ("G+H", ("--recipe", "paper", "--val-split", "flights", "--kl-ramp", "1", "--kl-ramp-start", "0")),
+    "gh_valfloor": ("G+H", ("--recipe", "paper", "--val-split", "flights", "--label-floor", "val")),
 }
 """Arm → (variant, options). ``paper`` + ``flights`` were ``velobins train``'s defaults before this study;
 ``gh_paper_kl`` adds the KL ramp (λ_KL from 0.1 to 1 over the first half of the plan), a lighter pull of the
@@ -72,7 +73,8 @@ bins, no KL: what the KL term costs on small data), ``gh_paper_b64`` (64 bins in
 ``reg_init`` (fine-tuned from the shipped ``crazyflie`` / ``crazyflie-reg``, ``--init-from``), and ``*_ave``
 (the best epoch by validation AVE instead of NLL). The third round, after ``h_paper`` won on ``rpm``: λ_KL
 scaled by 0.1 and 0.01 for the whole run (``--kl-scale``), and λ_KL rising from 0 over the whole run
-(``gh_kllate``)."""
+(``gh_kllate``). The fourth: the KL labels' σ bounded below by the last validation's RMS error
+(``gh_valfloor``, ``--label-floor val``), so the labels are never narrower than the error on new flights."""
 
 
 @dataclass(frozen=True)

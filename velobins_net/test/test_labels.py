@@ -47,6 +47,21 @@ def test_label_std_tracks_error_when_wide():
     torch.testing.assert_close(std, sigma, rtol=0.02, atol=0.0)
 
 
+def test_a_floor_widens_only_the_labels_narrower_than_it():
+    """``floor`` (per axis, broadcast) bounds σ below: a small error gets labels as wide as the floor, a larger
+    one keeps its own width, and the mean stays exactly v."""
+    v = torch.tensor([[0.3, -1.0, 1.2], [0.3, -1.0, 1.2]], dtype=torch.float64)
+    err = torch.tensor([[0.01, 0.01, 0.01], [0.6, 0.6, 0.6]], dtype=torch.float64)
+    floor = torch.tensor([0.2, 0.3, 0.4], dtype=torch.float64)
+    q = error_conditioned_labels(v + err, v, GRID, floor=floor)
+    m, std = _moments(q)
+    torch.testing.assert_close(std[0], floor, rtol=0.02, atol=0.0)
+    torch.testing.assert_close(std[1], err[1], rtol=0.02, atol=0.0)
+    assert (m - v).abs().max() < 1e-6 * R
+    _, narrow = _moments(error_conditioned_labels(v + err, v, GRID))
+    assert (narrow[0] < 0.05).all()  # without the floor the first row stays as narrow as its error
+
+
 def test_sigma_is_clamped_at_a_tenth_of_a_bin():
     v = torch.tensor([B[50] + 0.5 * GRID.width], dtype=torch.float64)  # on a bin edge
     q = error_conditioned_labels(v.clone(), v, GRID)  # zero error → σ = 0.1 width

@@ -112,6 +112,20 @@ def test_kl_scale_multiplies_lambda_kl_for_the_whole_run(tmp_path):
         TrainConfig(kl_scale=-0.1)
 
 
+def test_label_floor_val_changes_training_from_the_second_epoch(tmp_path):
+    """``label_floor='val'`` bounds the labels' σ by the last validation's RMS error: the first epoch (no
+    validation yet) trains exactly as without it, the second one differently."""
+    flights = [make_flight(1, duration=6.0)]
+    losses = {}
+    for floor in ("none", "val"):
+        cfg = TrainConfig(model=TINY, stride=10, epochs=2, progress=False, seed=3, label_floor=floor)
+        losses[floor] = [h.train_loss for h in train(cfg, flights, flights, tmp_path / floor).history]
+    assert losses["val"][0] == pytest.approx(losses["none"][0], rel=1e-9)
+    assert losses["val"][1] != pytest.approx(losses["none"][1], rel=1e-6)
+    with pytest.raises(ValueError, match="label_floor"):
+        TrainConfig(label_floor="train")
+
+
 def test_time_budget_plans_epochs_stops_and_records_the_plan(tmp_path):
     flights, val = [make_flight(i, duration=8.0) for i in range(2)], [make_flight(9, duration=4.0)]
     budget_s = 10.0

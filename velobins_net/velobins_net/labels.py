@@ -105,14 +105,23 @@ def tilt_to_mean(q: torch.Tensor, target: torch.Tensor, centres: torch.Tensor, s
 
 
 @torch.no_grad()
-def error_conditioned_labels(v_hat: torch.Tensor, v: torch.Tensor, grid: BinGrid) -> torch.Tensor:
+def error_conditioned_labels(
+    v_hat: torch.Tensor, v: torch.Tensor, grid: BinGrid, floor: torch.Tensor | None = None
+) -> torch.Tensor:
     """Bin labels q (…, N) for predictions v̂ and targets v, each (…,) (§III-C).
 
     σ = |v̂ − v| (detached, eq:errcond), clamped at ``SIGMA_MIN_BIN_FRACTION`` × bin width; Gaussian
     bin mass (eq:target); exponential tilt so the mean is exactly v (eq:tilt). Returned in v's dtype.
+
+    ``floor`` (broadcast against v, e.g. (3,) per axis) [m/s] is a lower bound on σ, an option beyond the
+    paper: on a few minutes of flights the training error falls far below the error on new flights within an
+    epoch, and labels as narrow as the training error teach the bins a spread (and a sharpness) that new
+    flights do not have. ``velobins train --label-floor val`` passes the last validation's per-axis RMS error.
     """
     centres = grid.centres(torch.float64).to(v.device)
     v64 = v.detach().to(torch.float64).clamp(float(centres[0]), float(centres[-1]))
     sigma = (v_hat.detach().to(torch.float64) - v64).abs().clamp_min(SIGMA_MIN_BIN_FRACTION * grid.width)
+    if floor is not None:
+        sigma = torch.maximum(sigma, floor.to(sigma))
     q = gaussian_bin_mass(v64, sigma, grid)
     return tilt_to_mean(q, v64, centres, grid.velocity_range).to(v.dtype)

@@ -265,6 +265,7 @@ def _train(
         planned = agree(planner.plan(start_epoch, est), dd, device)
     log = _open_log(cfg, out_dir, start_epoch, dd) if run is None else None  # a staged run: after its commit
     epoch = start_epoch
+    label_floor: torch.Tensor | None = None  # --label-floor val: the last validation's RMS error per axis
     try:
         while epoch < planned:
             indices = epoch_window_indices(len(train_ds), cfg.stride, epoch, cfg.rotate_windows)
@@ -290,11 +291,13 @@ def _train(
             stop = budget_stop(planner, dd, device)
             loss, done = train_epoch(
                 model, core, train_ds, batches, optimizer, variant, grid, use_nll, device, bar, schedule, stop,
-                precision, scaler, cfg.augment,
+                precision, scaler, cfg.augment, label_floor,
             )  # fmt: skip
             rate = sum(len(b) for b in batches[:done]) * dd.world / max(time.perf_counter() - t0, 1e-9)
             bar.close()
             val = evaluate(core, val_ds, device, keep_samples=log is not None)
+            if cfg.label_floor == "val" and val.rms_axis is not None:
+                label_floor = val.rms_axis.to(device)
             lr_now, kl_now = schedule(max(done - 1, 0))
             score = {"nll": val.nll, "ave": val.ave, "nll+nees": selection_score(val.nll, val.nees_share)}
             value = score[cfg.best_metric]

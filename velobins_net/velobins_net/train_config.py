@@ -14,6 +14,8 @@ from .train_precision import PRECISIONS
 from .variants import parse_variant
 
 METRICS = ("nll", "ave", "nll+nees")
+LABEL_FLOORS = ("none", "val")
+"""``TrainConfig.label_floor`` values: no floor on the labels' σ (the paper), or the last validation's RMS error."""
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,9 @@ class TrainConfig:
         kl_ramp: share of the planned steps over which λ_KL rises linearly from kl_ramp_start to 1
             (0 = none, the paper).
         kl_ramp_start: λ_KL multiplier at the first step of the KL ramp.
+        label_floor: lower bound on the KL labels' σ (eq:errcond): ``none`` (the paper), or ``val``, the last
+            validation's RMS error per axis, from the second epoch on (labels no narrower than the error on
+            flights the network does not train on; :func:`velobins_net.labels.error_conditioned_labels`).
         kl_scale: multiplier of λ_KL for the whole run, on top of the ramp (1 = the paper's λ_KL; 0 trains the
             bins by the Huber term alone, the H^B row of Table II).
         stride: training window stride in samples.
@@ -77,6 +82,7 @@ class TrainConfig:
     kl_ramp: float = 0.0
     kl_ramp_start: float = 1.0
     kl_scale: float = 1.0
+    label_floor: str = param("none", choices=LABEL_FLOORS)
     stride: int = 1
     rotate_windows: bool = False
     val_stride: int = 5
@@ -117,6 +123,8 @@ class TrainConfig:
                 raise ValueError(f"TrainConfig.{name}: must be in [0, 1], got {getattr(self, name)}")
         if not 0.0 <= self.kl_scale <= 10.0:
             raise ValueError(f"TrainConfig.kl_scale: must be in [0, 10], got {self.kl_scale}")
+        if self.label_floor not in LABEL_FLOORS:
+            raise ValueError(f"TrainConfig.label_floor: must be one of {LABEL_FLOORS}, got {self.label_floor!r}")
         if self.patience < 0:
             raise ValueError(f"TrainConfig.patience: must be >= 0, got {self.patience}")
         if self.time_budget is not None and not self.time_budget > 0:

@@ -75,6 +75,8 @@ class ValFigures:
     nees_share: float
     sigma: torch.Tensor | None = field(default=None, compare=False, repr=False)
     z: torch.Tensor | None = field(default=None, compare=False, repr=False)
+    rms_axis: torch.Tensor | None = field(default=None, compare=False, repr=False)
+    """(3,) RMS error per body axis [m/s] (``--label-floor val``)."""
 
 
 @torch.inference_mode()
@@ -85,6 +87,7 @@ def evaluate(model: VeloBinsNet, ds: WindowDataset, device: torch.device, keep_s
     was_training = model.training
     model.eval()
     err_sum, nll_sum, count = 0.0, 0.0, 0
+    sq_axis = torch.zeros(3, dtype=torch.float64)
     nees, sigmas, zs = [], [], []
     for idx in torch.arange(len(ds)).split(_VAL_BATCH):
         x, y = ds.gather(idx)
@@ -92,6 +95,7 @@ def evaluate(model: VeloBinsNet, ds: WindowDataset, device: torch.device, keep_s
         e = out.v.double() - y.to(device).double()
         var = out.var.double().clamp_min(1e-12)
         err_sum += float(e.norm(dim=-1).sum())
+        sq_axis += e.square().sum(0).cpu()
         nll_sum += float((HALF_LOG_2PI + 0.5 * var.log() + 0.5 * e.square() / var).sum())
         nees.append((e.square() / var).sum(-1).cpu())
         if keep_samples:
@@ -103,7 +107,8 @@ def evaluate(model: VeloBinsNet, ds: WindowDataset, device: torch.device, keep_s
     lo, hi = nees_bounds()
     share = float(((all_nees >= lo) & (all_nees <= hi)).double().mean())
     samples = (torch.cat(sigmas), torch.cat(zs)) if keep_samples else (None, None)
-    return ValFigures(err_sum / count, nll_sum / (3 * count), float(all_nees.median()), share, *samples)
+    rms = (sq_axis / count).sqrt().float()
+    return ValFigures(err_sum / count, nll_sum / (3 * count), float(all_nees.median()), share, *samples, rms)
 
 
 def weighted_loss(
@@ -114,15 +119,18 @@ def weighted_loss(
     centres: torch.Tensor,
     use_nll: bool,
     kl_weight: float,
+    label_floor: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """The variant's loss (:func:`~.networks.training_loss`) with λ_KL multiplied by ``kl_weight`` (ramp × kl_scale)."""
-    if kl_weight == 1.0 or not variant.uses_kl or variant.is_regression:
-        return training_loss(variant, out, y, grid, centres, use_nll=use_nll)[0]
+    """The variant's loss (:func:`~.networks.training_loss`) with λ_KL multiplied by ``kl_weight`` (ramp × kl_scale)
+    and the KL labels' σ bounded below by ``label_floor`` (:func:`~.labels.error_conditioned_labels`)."""
     labels: list[torch.Tensor] = []
 
     def keep_labels(v_hat: torch.Tensor, v: torch.Tensor, g: BinGrid) -> torch.Tensor:
-        labels.append(error_conditioned_labels(v_hat, v, g))
+        labels.append(error_conditioned_labels(v_hat, v, g, floor=label_floor))
         return labels[-1]
+
+    if kl_weight == 1.0 or not variant.uses_kl or variant.is_regression:
+        return training_loss(variant, out, y, grid, centres, use_nll=use_nll, label_fn=keep_labels)[0]
 
     total, _ = training_loss(variant, out, y, grid, centres, use_nll=use_nll, label_fn=keep_labels)
     q = labels[-1].to(out.logits.dtype)
@@ -145,6 +153,7 @@ def train_epoch(
     precision: Precision | None = None,
     scaler: torch.amp.GradScaler | None = None,
     augment: Augmentation | None = None,
+    label_floor: torch.Tensor | None = None,
 ) -> tuple[float, int]:
     """One pass over ``batches``: (mean training loss, batches done). ``model`` may be the DDP wrapper of ``core``.
 
@@ -154,6 +163,7 @@ def train_epoch(
     every rank must get the same answer: :func:`velobins_net.train.budget_stop` asks rank 0).
     ``precision`` runs the forward pass under autocast; ``scaler`` scales the loss (float16). ``augment``
     draws sensor noise, biases and a rotor-signal scale onto each raw training window (:mod:`.augment`).
+    ``label_floor`` bounds the KL labels' σ below (:func:`weighted_loss`).
     """
     model.train()
     centres = core.bins.centres if getattr(core, "bins", None) is not None else torch.empty(0, device=device)
@@ -176,7 +186,7 @@ def train_epoch(
             with precision.autocast():
                 out = model(x)
             out = to_float32(out)  # the loss in float32 (labels' small bin masses)
-        loss = weighted_loss(variant, out, y, grid, centres, use_nll, kl_w)
+        loss = weighted_loss(variant, out, y, grid, centres, use_nll, kl_w, label_floor)
         optimizer.zero_grad(set_to_none=True)
         if scaler is None:
             loss.backward()

@@ -48,6 +48,7 @@ TRAIN_FIELDS = (
     "kl_ramp",
     "kl_ramp_start",
     "kl_scale",
+    "label_floor",
     "seed",
     "best_metric",
     "patience",
@@ -106,6 +107,7 @@ def check_method_options(variant, method: str, given: set[str]) -> None:
         "kl_ramp": variant.uses_kl,
         "kl_ramp_start": variant.uses_kl,
         "kl_scale": variant.uses_kl,
+        "label_floor": variant.uses_kl,
         "baseline_width": variant.is_baseline,
         "frame_width": variant.method == "eqnio",
     }
@@ -124,6 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     from velobins_net.decoders import UNCERTAINTY_SOURCES
     from velobins_net.schedule import BUDGET_CLOCKS, LR_SCHEDULES, RECIPES
     from velobins_net.train import METRICS, TrainConfig
+    from velobins_net.train_config import LABEL_FLOORS
     from velobins_net.train_precision import PRECISIONS
 
     p = argparse.ArgumentParser(prog="velobins train", description=__doc__.split("\n\n")[0])
@@ -179,6 +182,7 @@ def build_parser() -> argparse.ArgumentParser:
         choices={
             "best_metric": METRICS,
             "budget_clock": tuple(BUDGET_CLOCKS),
+            "label_floor": LABEL_FLOORS,
             "device": ("auto", "cpu", "cuda"),
             "lr_schedule": LR_SCHEDULES,
             "precision": PRECISIONS,
