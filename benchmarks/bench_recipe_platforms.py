@@ -65,6 +65,14 @@ ARMS: dict[str, tuple[str, tuple[str, ...]]] = {
     "gh_kls001": ("G+H", ("--recipe", "paper", "--val-split", "flights", "--kl-scale", "0.01")),
     "gh_kllate": ("G+H", ("--recipe", "paper", "--val-split", "flights", "--kl-ramp", "1", "--kl-ramp-start", "0")),
     "gh_valfloor": ("G+H", ("--recipe", "paper", "--val-split", "flights", "--label-floor", "val")),
+    "gh_valfloor_kls01": (
+        "G+H",
+        ("--recipe", "paper", "--val-split", "flights", "--label-floor", "val", "--kl-scale", "0.1"),
+    ),
+    "gh_valfloor_kls001": (
+        "G+H",
+        ("--recipe", "paper", "--val-split", "flights", "--label-floor", "val", "--kl-scale", "0.01"),
+    ),
 }
 """Arm → (variant, options). ``paper`` + ``flights`` were ``velobins train``'s defaults before this study;
 ``gh_paper_kl`` adds the KL ramp (λ_KL from 0.1 to 1 over the first half of the plan), a lighter pull of the
@@ -74,7 +82,8 @@ bins, no KL: what the KL term costs on small data), ``gh_paper_b64`` (64 bins in
 (the best epoch by validation AVE instead of NLL). The third round, after ``h_paper`` won on ``rpm``: λ_KL
 scaled by 0.1 and 0.01 for the whole run (``--kl-scale``), and λ_KL rising from 0 over the whole run
 (``gh_kllate``). The fourth: the KL labels' σ bounded below by the last validation's RMS error
-(``gh_valfloor``, ``--label-floor val``), so the labels are never narrower than the error on new flights."""
+(``gh_valfloor``, ``--label-floor val``), so the labels are never narrower than the error on new flights;
+and that floor with λ_KL scaled (``gh_valfloor_kls*``)."""
 
 
 @dataclass(frozen=True)
@@ -247,6 +256,10 @@ def report(out: Path, jobs: list[Job], docs: Path) -> str:
     return table
 
 
+CURVE_ARMS = ("reg_paper", "gh_paper", "h_paper", "gh_valfloor", "gh_paper_kl", "gh_kls01", "gh_small_tails_aug")
+"""The arms the curves draw (all would be unreadable): the defaults, the findings, one tails arm."""
+
+
 def curves(out: Path, jobs: list[Job], docs: Path) -> list[Path]:
     """``curves_<budget>min.png`` in ``docs``: validation AVE and NLL per epoch against CPU seconds, per platform.
 
@@ -267,7 +280,8 @@ def curves(out: Path, jobs: list[Job], docs: Path) -> list[Path]:
         drawn = False
         for row, platform in enumerate(platforms):
             ax_ave, ax_nll = axes[row]
-            for job in (j for j in jobs if j.budget == budget and j.platform == platform and j.seed == 0):
+            shown = (j for j in jobs if j.budget == budget and j.platform == platform and j.seed == 0)
+            for job in (j for j in shown if j.arm in CURVE_ARMS):
                 row = run_row(job, out)
                 if row is None:
                     continue
