@@ -59,8 +59,6 @@ ARMS: dict[str, tuple[str, tuple[str, ...]]] = {
     "gh_paper_b64": ("G+H", ("--recipe", "paper", "--val-split", "flights", "--bins", "64")),
     "gh_init": ("G+H", ("--recipe", "paper", "--val-split", "flights", "--init-from", "crazyflie")),
     "reg_init": ("reg", ("--recipe", "paper", "--val-split", "flights", "--init-from", "crazyflie-reg")),
-    "gh_paper_ave": ("G+H", ("--recipe", "paper", "--val-split", "flights", "--best-metric", "ave")),
-    "reg_paper_ave": ("reg", ("--recipe", "paper", "--val-split", "flights", "--best-metric", "ave")),
     "gh_kls01": ("G+H", ("--recipe", "paper", "--val-split", "flights", "--kl-scale", "0.1")),
     "gh_kls001": ("G+H", ("--recipe", "paper", "--val-split", "flights", "--kl-scale", "0.01")),
     "gh_kllate": ("G+H", ("--recipe", "paper", "--val-split", "flights", "--kl-ramp", "1", "--kl-ramp-start", "0")),
@@ -74,16 +72,15 @@ ARMS: dict[str, tuple[str, tuple[str, ...]]] = {
         ("--recipe", "paper", "--val-split", "flights", "--label-floor", "val", "--kl-scale", "0.01"),
     ),
 }
-"""Arm → (variant, options). ``paper`` + ``flights`` were ``velobins train``'s defaults before this study;
-``gh_paper_kl`` adds the KL ramp (λ_KL from 0.1 to 1 over the first half of the plan), a lighter pull of the
-bin distribution towards its sharp labels early in training. The second round: ``h_paper`` (Huber through the
-bins, no KL: what the KL term costs on small data), ``gh_paper_b64`` (64 bins instead of 512), ``gh_init`` /
-``reg_init`` (fine-tuned from the shipped ``crazyflie`` / ``crazyflie-reg``, ``--init-from``), and ``*_ave``
-(the best epoch by validation AVE instead of NLL). The third round, after ``h_paper`` won on ``rpm``: λ_KL
-scaled by 0.1 and 0.01 for the whole run (``--kl-scale``), and λ_KL rising from 0 over the whole run
-(``gh_kllate``). The fourth: the KL labels' σ bounded below by the last validation's RMS error
-(``gh_valfloor``, ``--label-floor val``), so the labels are never narrower than the error on new flights;
-and that floor with λ_KL scaled (``gh_valfloor_kls*``)."""
+"""Arm → (variant, options). ``paper`` + ``flights`` were ``velobins train``'s defaults before this study.
+Round 1: the small-data recipe with tails selection, with and without augmentation, and ``gh_paper_kl`` (λ_KL
+ramped from 0.1 to 1 over the first half of the plan). Round 2: ``h_paper`` (Huber through the bins, no KL: what
+the KL term costs on small data), ``gh_paper_b64`` (64 bins instead of 512), ``gh_init`` / ``reg_init``
+(fine-tuned from the shipped ``crazyflie`` / ``crazyflie-reg``, ``--init-from``). Round 3, after ``h_paper``
+won on ``rpm``: λ_KL scaled by 0.1 and 0.01 for the whole run (``--kl-scale``), and λ_KL rising from 0 over the
+whole run (``gh_kllate``). Round 4: the KL labels' σ bounded below by the last validation's RMS error
+(``gh_valfloor``, ``--label-floor val``: labels never narrower than the error on new flights), alone and with
+λ_KL scaled (``gh_valfloor_kls*``)."""
 
 
 @dataclass(frozen=True)
