@@ -85,6 +85,7 @@ def test_train_argv_resumes_a_partial_run_and_finished_models_are_detected(tmp_p
     data = Data("csv", tmp_path / "train", tmp_path / "val")
     argv = train_argv(job, smoke, data, tmp_path, "cpu", 1)
     assert "--resume" not in argv and argv[argv.index("--epochs") + 1] == str(smoke.epochs)
+    assert argv[argv.index("--recipe") + 1] == "paper"  # reproduce trains the paper's recipe, not the CLI default
     # Per-epoch lines go to the log (bars draw on a terminal only, never into a log file).
     assert argv[argv.index("--threads") + 1] == "1" and "--no-progress" not in argv
     four = train_argv(job, smoke, data, tmp_path, "cpu", 4)  # a Slurm job's cores

@@ -27,6 +27,21 @@ def test_init_from_takes_the_source_models_options_as_defaults():
     assert "tensorboard" in TRAIN_LAYOUT.patterns  # --overwrite removes the event log with the run
 
 
+def test_the_default_recipe_is_the_own_vehicle_one_and_paper_reproduces_the_paper():
+    """Without ``--recipe`` the KL labels are floored at the validation error (issue 28's study); ``--recipe paper``
+    is TrainConfig's (the paper's) settings; an explicit option beats either."""
+    from velobins_net.schedule import DEFAULT_RECIPE, RECIPES
+    from velobins_net.train import TrainConfig
+
+    default = parse_train_args([*BASE, "--out", "o"])
+    assert DEFAULT_RECIPE == "own-vehicle" and default.recipe == DEFAULT_RECIPE
+    assert all(getattr(default, k) == v for k, v in RECIPES[DEFAULT_RECIPE].items())
+    assert default.label_floor == "val"
+    paper = parse_train_args([*BASE, "--out", "o", "--recipe", "paper"])
+    assert paper.label_floor == TrainConfig().label_floor == "none" and paper.kl_scale == TrainConfig().kl_scale
+    assert parse_train_args([*BASE, "--out", "o", "--label-floor", "none"]).label_floor == "none"
+
+
 def test_another_architecture_or_an_unknown_source_exits_2_in_one_line(tmp_path, capsys):
     out = tmp_path / "run"
     assert main(["train", *BASE, "--init-from", "crazyflie", "--bins", "64", "--out", str(out)]) == 2
@@ -45,6 +60,7 @@ def test_fine_tune_a_shipped_model_on_real_flights(tmp_path, capsys):
     assert main(argv) == 0
     printed = capsys.readouterr().out
     assert "initialised from crazyflie (G+H^B)" in printed and "frozen:" in printed
+    assert "(recipe own-vehicle, label floor val" in printed  # the default recipe says what it changes
     ck = read_checkpoint(out / "best.pt")
     assert ck["init"]["source"] == "crazyflie" and ck["train_config"]["freeze"] == ("encoder",)
     assert list((out / "tensorboard").glob("events.out.tfevents.*")) and (out / "history.json").is_file()

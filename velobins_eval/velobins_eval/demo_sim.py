@@ -72,6 +72,8 @@ def simulate_and_train(
             "--val",
             str(out / "flights" / "val"),
             *extra,
+            "--recipe",  # the paper's training, as the demo's recorded figures were made
+            "paper",
             "--epochs",
             str(args.epochs),
             "--stride",

@@ -35,6 +35,7 @@ RECIPES: dict[str, dict[str, Any]] = {
         "kl_ramp": 0.0,
         "kl_ramp_start": 1.0,
         "kl_scale": 1.0,
+        "label_floor": "none",
         "batch_size": 128,
         "stride": 1,
         "rotate_windows": False,
@@ -48,13 +49,36 @@ RECIPES: dict[str, dict[str, Any]] = {
         "kl_ramp": 0.0,
         "kl_ramp_start": 1.0,
         "kl_scale": 1.0,
+        "label_floor": "none",
         "batch_size": 128,
         "stride": 4,
         "rotate_windows": True,
         "best_metric": "nll+nees",
     },
+    "own-vehicle": {
+        "lr": 3e-4,
+        "lr_schedule": "constant",
+        "warmup": 0.0,
+        "min_lr_ratio": 1.0,
+        "kl_ramp": 0.0,
+        "kl_ramp_start": 1.0,
+        "kl_scale": 1.0,
+        "label_floor": "val",
+        "batch_size": 128,
+        "stride": 1,
+        "rotate_windows": False,
+        "best_metric": "nll",
+    },
 }
-"""Named TrainConfig settings (``velobins train --recipe``); options given explicitly override them."""
+"""Named TrainConfig settings (``velobins train --recipe``); options given explicitly override them. ``paper`` is
+the paper's schedule (and TrainConfig's defaults); ``own-vehicle`` is ``paper`` with the KL labels' σ bounded by
+the validation error (``label_floor``), what the small-data study of issue 28 found best for G+H^B
+(``docs/results/recipe_platforms/``); ``small-data`` is the earlier NanoBench-only study's
+(``docs/results/recipe/``)."""
+
+DEFAULT_RECIPE = "own-vehicle"
+"""The recipe of ``velobins train`` without ``--recipe``, and of ``velobins calibrate --cross-fit``'s fold models: a
+new vehicle has minutes of flights, where the paper's labels over-fit (reproducing the paper: ``--recipe paper``)."""
 
 
 def lr_factor(progress: float, schedule: str, warmup: float, min_ratio: float) -> float:

@@ -61,8 +61,6 @@ TRAIN_FIELDS = (
 )
 """TrainConfig fields that are options of ``velobins train`` (defaults and help from the dataclass)."""
 
-DEFAULT_RECIPE = "paper"
-"""The recipe ``velobins train`` applies when ``--recipe`` is not given (velobins_net.schedule.RECIPES)."""
 AUG_FIELDS = ("acc_noise", "acc_bias", "gyro_noise", "gyro_bias", "rotor_scale")
 """Augmentation fields that are options ``--aug-<field>`` of ``velobins train``."""
 VAL_SPLITS = ("flights", "tails")
@@ -124,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     from velobins_net.augment import Augmentation
     from velobins_net.config import BIN_ENCODINGS, ModelConfig
     from velobins_net.decoders import UNCERTAINTY_SOURCES
-    from velobins_net.schedule import BUDGET_CLOCKS, LR_SCHEDULES, RECIPES
+    from velobins_net.schedule import BUDGET_CLOCKS, DEFAULT_RECIPE, LR_SCHEDULES, RECIPES
     from velobins_net.train import METRICS, TrainConfig
     from velobins_net.train_config import LABEL_FLOORS
     from velobins_net.train_precision import PRECISIONS
@@ -169,10 +167,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--recipe",
         choices=tuple(RECIPES),
         default=DEFAULT_RECIPE,
-        help="named training settings (velobins_net.schedule.RECIPES; docs/results/recipe/README.md): "
-        "paper = constant LR 3e-4, stride 1, best by NLL; small-data = LR 1e-3 with 5%% warm-up and cosine decay, "
-        "rotating stride 4, best by NLL + NEES-share term. Options given explicitly override the recipe's values "
-        f"(default: {DEFAULT_RECIPE})",
+        help="named training settings (velobins_net.schedule.RECIPES; docs/results/recipe_platforms/README.md): "
+        "paper = the paper's: constant LR 3e-4, stride 1, best by NLL; own-vehicle = paper with the KL labels' σ "
+        "bounded below by the validation error (--label-floor val), best for G+H^B on minutes of flights; "
+        "small-data = LR 1e-3 with 5%% warm-up and cosine decay, rotating stride 4, best by NLL + NEES-share term. "
+        f"Options given explicitly override the recipe's values (default: {DEFAULT_RECIPE})",
     )
     add_config_options(
         p,
@@ -383,9 +382,10 @@ def _run(args: argparse.Namespace, run=None) -> int:
     except ValueError as exc:
         raise UserError(f"velobins train options: {exc}") from None
     budget = f", budget {cfg.time_budget:g} min" if cfg.time_budget else ""
+    floor = f", label floor {cfg.label_floor}" if variant.uses_kl and cfg.label_floor != "none" else ""
     print(
         f"training {cfg.variant} on {len(train_seqs)} flights, validating on {len(val_seqs)} "
-        f"(recipe {args.recipe}{budget}) -> {args.out}"
+        f"(recipe {args.recipe}{floor}{budget}) -> {args.out}"
     )
     result = train(cfg, train_seqs, val_seqs, run if run is not None else args.out)
     if result.init is not None:

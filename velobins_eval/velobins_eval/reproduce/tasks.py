@@ -58,6 +58,7 @@ def train_argv(job: TrainingJob, schedule: Schedule, data: Data, out: Path, devi
     partial = partial_dir(out, job.name)
     argv = ["--dataset", data.dataset, "--data", str(data.train), "--val", str(data.val), *job.args]
     argv += ["--epochs", str(schedule.epochs), "--stride", str(schedule.stride), "--seed", str(job.seed)]
+    argv += ["--recipe", "paper"]  # the paper's training, whatever velobins train's default recipe is
     # No --no-progress: bars draw on a terminal only, so the log gets the per-epoch lines and no bar frames.
     argv += ["--threads", str(threads), "--device", device, "--out", str(partial)]
     if (partial / "last.pt").is_file():
