@@ -295,7 +295,8 @@ def curves(out: Path, jobs: list[Job], docs: Path) -> list[Path]:
             ax_ave.set(title=f"{platform}, {budget:g} min: validation AVE", xlabel="CPU [s]", ylabel="AVE [m/s]")
             ax_nll.set(title=f"{platform}, {budget:g} min: validation NLL", xlabel="CPU [s]", ylabel="NLL [nats/axis]")
             ax_nll.set_yscale("symlog", linthresh=1.0)
-            ax_ave.legend(fontsize=7)
+            if ax_ave.lines:
+                ax_ave.legend(fontsize=7)
         if drawn:
             fig.suptitle("dashed: regression; circle: the epoch kept (best.pt)")
             fig.tight_layout()
