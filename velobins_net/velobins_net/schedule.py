@@ -26,49 +26,34 @@ LR_SCHEDULES = ("constant", "cosine")
 """``constant``: the paper's fixed LR (after the optional warm-up); ``cosine``: half-cosine decay to
 ``min_lr_ratio`` × LR over the rest of the planned steps."""
 
+_PAPER: dict[str, Any] = {
+    "lr": 3e-4,
+    "lr_schedule": "constant",
+    "warmup": 0.0,
+    "min_lr_ratio": 1.0,
+    "kl_ramp": 0.0,
+    "kl_ramp_start": 1.0,
+    "kl_scale": 1.0,
+    "label_floor": "none",
+    "batch_size": 128,
+    "stride": 1,
+    "rotate_windows": False,
+    "best_metric": "nll",
+}
+
 RECIPES: dict[str, dict[str, Any]] = {
-    "paper": {
-        "lr": 3e-4,
-        "lr_schedule": "constant",
-        "warmup": 0.0,
-        "min_lr_ratio": 1.0,
-        "kl_ramp": 0.0,
-        "kl_ramp_start": 1.0,
-        "kl_scale": 1.0,
-        "label_floor": "none",
-        "batch_size": 128,
-        "stride": 1,
-        "rotate_windows": False,
-        "best_metric": "nll",
-    },
-    "small-data": {
+    "paper": _PAPER,
+    "small-data": _PAPER
+    | {
         "lr": 1e-3,
         "lr_schedule": "cosine",
         "warmup": 0.05,
         "min_lr_ratio": 0.02,
-        "kl_ramp": 0.0,
-        "kl_ramp_start": 1.0,
-        "kl_scale": 1.0,
-        "label_floor": "none",
-        "batch_size": 128,
         "stride": 4,
         "rotate_windows": True,
         "best_metric": "nll+nees",
     },
-    "own-vehicle": {
-        "lr": 3e-4,
-        "lr_schedule": "constant",
-        "warmup": 0.0,
-        "min_lr_ratio": 1.0,
-        "kl_ramp": 0.0,
-        "kl_ramp_start": 1.0,
-        "kl_scale": 1.0,
-        "label_floor": "val",
-        "batch_size": 128,
-        "stride": 1,
-        "rotate_windows": False,
-        "best_metric": "nll",
-    },
+    "own-vehicle": _PAPER | {"label_floor": "val"},
 }
 """Named TrainConfig settings (``velobins train --recipe``); options given explicitly override them. ``paper`` is
 the paper's schedule (and TrainConfig's defaults); ``own-vehicle`` is ``paper`` with the KL labels' σ bounded by

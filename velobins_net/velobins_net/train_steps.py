@@ -129,10 +129,9 @@ def weighted_loss(
         labels.append(error_conditioned_labels(v_hat, v, g, floor=label_floor))
         return labels[-1]
 
-    if kl_weight == 1.0 or not variant.uses_kl or variant.is_regression:
-        return training_loss(variant, out, y, grid, centres, use_nll=use_nll, label_fn=keep_labels)[0]
-
     total, _ = training_loss(variant, out, y, grid, centres, use_nll=use_nll, label_fn=keep_labels)
+    if kl_weight == 1.0 or not variant.uses_kl or variant.is_regression:
+        return total
     q = labels[-1].to(out.logits.dtype)
     return total + (kl_weight - 1.0) * LAMBDA_KL * kl_loss(q, out.logits)
 
