@@ -129,13 +129,22 @@ def commands(job: Job, out: Path) -> tuple[list[str], list[str]]:
     return train, evaluate
 
 
+NICE = ("nice", "-n", "5")
+"""Every study process runs niced: the machine is shared."""
+
+
 def heldout_dir(job: Job, out: Path) -> Path:
-    """A folder of links to the flights ``job``'s checkpoint was selected on (its ``data['val']``), and their
-    sidecar files: the flights the variance scale is calibrated on, which the network never trained on."""
+    """The folder of links to the flights ``job``'s checkpoint was selected on (:func:`link_heldout`)."""
+    return out / job.name / "heldout"
+
+
+def link_heldout(job: Job, out: Path) -> None:
+    """Fill :func:`heldout_dir` with links to the flights the checkpoint was selected on (its ``data['val']``)
+    and their sidecar files: the flights the variance scale is calibrated on, which the network never trained on."""
     import torch
 
     ckpt = torch.load(out / job.name / "best.pt", map_location="cpu", weights_only=False)
-    folder = out / job.name / "heldout"
+    folder = heldout_dir(job, out)
     folder.mkdir(exist_ok=True)
     for flight in ckpt["data"]["val"]:
         source = Path(flight["source"])
@@ -166,18 +175,16 @@ def run_calibrated(job: Job, out: Path) -> None:
     run = out / job.name
     if (run / "eval_cal" / "metrics.json").exists() or not (run / "done").exists():
         return
-    calibrate, evaluate = calibrated_commands(job, out)
-    nice = ["nice", "-n", "5"]
+    link_heldout(job, out)
     with open(run / "calibrate.log", "w") as log:
-        subprocess.run([*nice, *calibrate], stdout=log, stderr=subprocess.STDOUT, check=True, cwd=ROOT)
-        subprocess.run([*nice, *evaluate], stdout=log, stderr=subprocess.STDOUT, check=True, cwd=ROOT)
+        for cmd in calibrated_commands(job, out):
+            subprocess.run([*NICE, *cmd], stdout=log, stderr=subprocess.STDOUT, check=True, cwd=ROOT)
 
 
 def run_job(job: Job, out: Path) -> str:
     """Train and evaluate ``job``, niced (skipping what has finished; logs in ``<run>/train.log`` / ``eval.log``)."""
     train, evaluate = commands(job, out)
-    nice = ["nice", "-n", "5"]
-    train_and_evaluate(out / job.name, [*nice, *train], [*nice, *evaluate])
+    train_and_evaluate(out / job.name, [*NICE, *train], [*NICE, *evaluate])
     if "flights" in ARMS[job.arm][1]:  # a whole flight held out: the own-vehicle flow's calibration applies
         run_calibrated(job, out)
     return job.name
@@ -275,29 +282,26 @@ def curves(out: Path, jobs: list[Job], docs: Path) -> list[Path]:
     for budget in sorted({j.budget for j in jobs}):
         platforms = sorted({j.platform for j in jobs if j.budget == budget})
         fig, axes = plt.subplots(len(platforms), 2, figsize=(11, 3.6 * len(platforms)), squeeze=False)
-        drawn = False
-        for row, platform in enumerate(platforms):
-            ax_ave, ax_nll = axes[row]
+        for (ax_ave, ax_nll), platform in zip(axes, platforms, strict=True):
             shown = (j for j in jobs if j.budget == budget and j.platform == platform and j.seed == 0)
             for job in (j for j in shown if j.arm in CURVE_ARMS):
-                row = run_row(job, out)
-                if row is None:
+                finished = run_row(job, out)
+                if finished is None:
                     continue
                 epochs = json.loads((out / job.name / "history.json").read_text())
                 cpu = [e.get("cpu_s") or e["elapsed_s"] for e in epochs]
-                kept = row["best_epoch"]
+                kept = finished["best_epoch"]
                 style = "--" if ARMS[job.arm][0] == "reg" else "-"
                 (line,) = ax_ave.plot(cpu, [e["val_ave"] for e in epochs], style, marker=".", label=job.arm)
                 ax_nll.plot(cpu, [e["val_nll"] for e in epochs], style, marker=".", color=line.get_color())
                 ax_ave.plot(cpu[kept], epochs[kept]["val_ave"], "o", mfc="none", ms=10, color=line.get_color())
                 ax_nll.plot(cpu[kept], epochs[kept]["val_nll"], "o", mfc="none", ms=10, color=line.get_color())
-                drawn = True
             ax_ave.set(title=f"{platform}, {budget:g} min: validation AVE", xlabel="CPU [s]", ylabel="AVE [m/s]")
             ax_nll.set(title=f"{platform}, {budget:g} min: validation NLL", xlabel="CPU [s]", ylabel="NLL [nats/axis]")
             ax_nll.set_yscale("symlog", linthresh=1.0)
             if ax_ave.lines:
                 ax_ave.legend(fontsize=7)
-        if drawn:
+        if any(ax.lines for ax in axes[:, 0]):
             fig.suptitle("dashed: regression; circle: the epoch kept (best.pt)")
             fig.tight_layout()
             path = docs / f"curves_{budget:g}min.png"
