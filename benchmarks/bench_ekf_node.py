@@ -39,13 +39,15 @@ import struct
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 import numpy as np
 
 from velobins_common.constants import STANDARD_GRAVITY
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "velobins_eval" / "test"))
+import graph_fixtures as gf  # the graph tests' probe: one rclpy side for tests and benchmarks
 
 ROOT = Path(__file__).resolve().parents[1]
 VELOCITY_RATE = 20.0
@@ -137,32 +139,22 @@ def extract(ref: str, out: Path) -> list[Path]:
     return [out / r for r in roots]
 
 
-class Feeder:
-    """Publishes hover IMU and velocity estimates at a replay speed; records the stamps published and the odometry."""
+class Feeder(gf.ProbeNode):
+    """Publishes hover IMU and velocity estimates at a replay speed; records the stamps published and the odometry.
+
+    The rclpy side (private context, node, spinning thread, close) is the graph tests' :class:`ProbeNode`.
+    """
 
     def __init__(self, domain: int) -> None:
-        import rclpy
-        from nav_msgs.msg import Odometry
-        from rclpy.context import Context
-        from rclpy.executors import SingleThreadedExecutor
-        from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
         from rclpy.serialization import serialize_message
-        from rclpy.signals import SignalHandlerOptions
         from sensor_msgs.msg import Imu
 
         from velobins_msgs.msg import VelocityEstimate
 
-        self.ctx = Context()
-        rclpy.init(args=[], context=self.ctx, domain_id=domain, signal_handler_options=SignalHandlerOptions.NO)
-        self.node = rclpy.create_node("bench_ekf_feeder", context=self.ctx)
-        self.imu_pub = self.node.create_publisher(Imu, "imu", qos_profile_sensor_data)
-        self.vel_pub = self.node.create_publisher(
-            VelocityEstimate, "velobins/velocity", QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
-        )
         self.odometry: list[tuple[int, float]] = []  # (stamp ns, wall arrival)
-        self.node.create_subscription(
-            Odometry, "velobins/odometry", self._on_odom, QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
-        )
+        self.published: dict[int, float] = {}  # IMU stamp ns -> wall time published
+        self._stamp_ns: int | None = None  # stamps start at the first sample fed: wall time, as a driver stamps
+        super().__init__(domain, "bench_ekf_feeder", depth=1000, diagnostics=False)
         # The IMU goes out serialized, as `ros2 bag play` sends it: one message serialized once, its stamp and
         # vectors written in place per sample (building an rclpy message per sample kept this process busier
         # than the node it feeds at 8 kHz). Markers locate the vectors in the little-endian CDR.
@@ -172,25 +164,28 @@ class Feeder:
         (a.x, a.y, a.z), (w.x, w.y, w.z) = ACC_MARK, GYRO_MARK
         raw = serialize_message(imu)
         if raw[1] != 1:
+            self.close()
             raise RuntimeError("expected little-endian CDR from this rmw")
         self._imu_raw = bytearray(raw)
         self._acc_at, self._gyro_at = raw.find(VEC.pack(*ACC_MARK)), raw.find(VEC.pack(*GYRO_MARK))
         self._vel = VelocityEstimate()
         self._vel.covariance = (np.eye(3) * 0.01).reshape(-1).tolist()
-        self.published: dict[int, float] = {}  # IMU stamp ns -> wall time published
-        self.executor = SingleThreadedExecutor(context=self.ctx)
-        self.executor.add_node(self.node)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._spin, daemon=True)
-        self._thread.start()
-        self._stamp_ns: int | None = None  # stamps start at the first sample fed: wall time, as a driver stamps
+
+    def add_endpoints(self) -> None:
+        from nav_msgs.msg import Odometry
+        from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+        from sensor_msgs.msg import Imu
+
+        from velobins_msgs.msg import VelocityEstimate
+
+        self.imu_pub = self.node.create_publisher(Imu, "imu", qos_profile_sensor_data)
+        self.vel_pub = self.node.create_publisher(
+            VelocityEstimate, "velobins/velocity", QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
+        )
+        self.node.create_subscription(Odometry, "velobins/odometry", self._on_odom, self.reliable)
 
     def _on_odom(self, msg: object) -> None:
         self.odometry.append((msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec, time.monotonic()))
-
-    def _spin(self) -> None:
-        while not self._stop.is_set():
-            self.executor.spin_once(timeout_sec=0.05)
 
     def feed(self, seconds: float, imu_rate: float, speed: float) -> int:
         """Publish for ``seconds`` of wall time: ``imu_rate`` samples per stamp second, ``speed`` x real time."""
@@ -224,13 +219,6 @@ class Feeder:
                     vel.header.stamp.sec, vel.header.stamp.nanosec = sec, nanosec
                     self.vel_pub.publish(vel)
             time.sleep(max(0.0, start + n / wall_rate - time.monotonic()))
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5.0)
-        self.executor.shutdown()
-        self.node.destroy_node()
-        self.ctx.try_shutdown()
 
 
 def measure(
