@@ -108,10 +108,6 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Setup:
     return Setup(result.best_path, root / "bag", info.stamp_offset)
 
 
-def _stamp(t) -> float:
-    return t.sec + t.nanosec * 1e-9
-
-
 @pytest.mark.ros
 def test_tlio_displacements_through_the_graph(
     setup: Setup, tmp_path: Path, ros_domain: int, monkeypatch: pytest.MonkeyPatch
@@ -124,6 +120,7 @@ def test_tlio_displacements_through_the_graph(
     from velobins_eval.metrics import ate
     from velobins_eval.scoring import GroundTruth
     from velobins_msgs.msg import Displacement
+    from velobins_ros import stamp_to_sec
 
     # the filter's cloned-state covariance: a threaded BLAS on busy cores is 10x slower (scripts/run_tests.sh)
     monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")
@@ -158,8 +155,8 @@ def test_tlio_displacements_through_the_graph(
     slots = (seq.t[-1] - seq.t[0] - 1.0) * 20.0
     assert len(disps) >= MIN_DISPLACEMENTS, (len(disps), slots, net_log[-2000:])
     assert all(a.finite for a in rec.arrivals[disp_topic])
-    t_end = np.array([_stamp(m.header.stamp) for m in disps]) - setup.stamp_offset  # read_bag's time
-    t_start = np.array([_stamp(m.start) for m in disps]) - setup.stamp_offset
+    t_end = np.array([stamp_to_sec(m.header.stamp) for m in disps]) - setup.stamp_offset  # read_bag's time
+    t_start = np.array([stamp_to_sec(m.start) for m in disps]) - setup.stamp_offset
     dz = np.array([[m.displacement.x, m.displacement.y, m.displacement.z] for m in disps])
     cov = np.array([np.asarray(m.covariance).reshape(3, 3) for m in disps])
     assert np.all(np.diff(t_end) > 0) and np.allclose(t_end - t_start, 0.99, atol=2e-3), (t_end - t_start)[:5]
@@ -172,7 +169,7 @@ def test_tlio_displacements_through_the_graph(
     # fuse counted under its reason (filter_disp_too_old when it came later than the filter's clones and
     # history reach): every displacement accounted for, however late the machine delivered it
     ekf_drops = gf.drop_totals(ekf_log)
-    ups = {round(_stamp(m.header.stamp) - setup.stamp_offset, 6): m for m in rec.messages[upd_topic]}
+    ups = {round(stamp_to_sec(m.header.stamp) - setup.stamp_offset, 6): m for m in rec.messages[upd_topic]}
     assert all(a.finite for a in rec.arrivals[upd_topic])
     keys = [round(t, 6) for t in t_end]
     assert set(ups) <= set(keys), sorted(set(ups) - set(keys))[:5]
