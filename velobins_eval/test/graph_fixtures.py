@@ -168,12 +168,14 @@ def stamp_seconds(msg: Any) -> float:
 
 @dataclass
 class Diag:
-    """One received status: wall arrival (time.monotonic) [s], level, message, key-values."""
+    """One received status: wall arrival (time.monotonic) [s], level, message, key-values, and the node's publish
+    time (the array's header stamp, wall clock [s]): when the node decided the status, free of delivery delay."""
 
     wall: float
     level: int
     message: str
     values: dict[str, str]
+    stamp: float = math.nan
 
 
 class ProbeNode:
@@ -227,11 +229,11 @@ class ProbeNode:
         """Create this probe's publishers, subscriptions and clients on ``self.node`` (none here)."""
 
     def _on_diag(self, msg: Any) -> None:
-        now = time.monotonic()
+        now, published = time.monotonic(), stamp_seconds(msg)
         for s in msg.status:
             level = s.level[0] if isinstance(s.level, bytes) else int(s.level)
             values = {kv.key: kv.value for kv in s.values}
-            self.diags.setdefault(s.name, []).append(Diag(now, level, s.message, values))
+            self.diags.setdefault(s.name, []).append(Diag(now, level, s.message, values, published))
 
     def _spin(self) -> None:
         while not self._stop.is_set() and self.ctx.ok():
