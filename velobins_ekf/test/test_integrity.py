@@ -148,6 +148,47 @@ def test_intervals_up_to_max_imu_interval_propagate() -> None:
     assert f.stats.imu_gaps == 0 and f.time == pytest.approx(t[-1])
 
 
+def _run_with_pose(arrives_at: int, stamp_at: int, t_pose: float | None = "stamp") -> VelocityEkf:
+    """A 3 s flight with 20 Hz velocities and a set_pose whose pose is the truth at sample ``stamp_at``,
+    handed to the filter right after IMU sample ``arrives_at`` (stamped ``t[stamp_at]`` unless ``t_pose``)."""
+    t, imu, tr, s0 = _flight(3.0)
+    f = VelocityEkf(EkfConfig())
+    f.initialize(0.0, s0)
+    rng = np.random.default_rng(1)
+    rot_err = Rotation.from_euler("z", 0.3).as_matrix()  # the filter's yaw is off; set_pose fixes it
+    f.ekf.reset(NavState(rot_err @ s0.rot, rot_err @ s0.vel, s0.pos, np.zeros(3), np.zeros(3)))
+    cov6 = np.diag([1e-4, 1e-4, 1e-4, 1e-6, 1e-6, 1e-6])
+    for k in range(t.size):
+        f.add_imu(t[k], imu.acc[k], imu.gyro[k])
+        if k % 10 == 0:
+            z = tr.rot[k].T @ tr.vel[k] + rng.normal(0.0, 0.05, 3)
+            f.add_velocity(t[k], z, np.eye(3) * 0.05**2)
+        if k == arrives_at:
+            stamp = t[stamp_at] if t_pose == "stamp" else t_pose
+            f.set_pose(tr.pos[stamp_at], tr.rot[stamp_at], cov6, t=stamp)
+    return f
+
+
+@pytest.mark.parametrize("arrives_at", [200, 240, 299, 300, 340])
+def test_a_pose_is_set_at_its_stamp_however_late_or_early_it_arrives(arrives_at: int) -> None:
+    """A pose that arrives up to 0.5 s late or ahead of its IMU lands where an in-order one does, so its
+    latency leaves no attitude error behind (set at the arrival instead, the filter's yaw would be off by
+    the turn in between and the velocity updates would fight it: the live fault test's failure mode)."""
+    ref = _run_with_pose(300, 300)
+    f = _run_with_pose(arrives_at, 300)
+    assert f.stats.pose_sets == 1 and f.stats.pose_stale == 0
+    np.testing.assert_allclose(f.state.rot, ref.state.rot, atol=1e-9)
+    np.testing.assert_allclose(f.state.pos, ref.state.pos, atol=1e-9)
+    np.testing.assert_allclose(f.covariance, ref.covariance, atol=1e-12)
+    stale = _run_with_pose(500, 10)  # 2.45 s older than the state: before the stored history
+    assert stale.stats.pose_stale == 1 and stale.stats.pose_sets == 1
+    now = _run_with_pose(500, 10, t_pose=None)  # no stamp: set at the state time, the same result
+    assert now.stats.pose_stale == 0
+    np.testing.assert_allclose(stale.state.rot, now.state.rot, atol=1e-12)
+    other_clock = _run_with_pose(300, 300, t_pose=1.0e9)  # would wait forever: set now, counted
+    assert other_clock.stats.pose_stale == 1 and other_clock.stats.pose_sets == 1
+
+
 def test_set_pose_keeps_body_velocity_and_biases_and_restart_keeps_counters() -> None:
     t, imu, _, s0 = _flight(1.0)
     f = VelocityEkf(EkfConfig())

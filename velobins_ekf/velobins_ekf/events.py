@@ -17,8 +17,9 @@ from velobins_ekf.clone import CloneSet
 from velobins_ekf.ekf import NavState
 from velobins_ekf.initial_state import Sample
 
-VELOCITY, DISPLACEMENT, CLONE = 0, 1, 2
-"""Event kinds, also their order at equal stamps (a clone at ``t`` follows the updates at ``t``)."""
+VELOCITY, DISPLACEMENT, CLONE, POSE = 0, 1, 2, 3
+"""Event kinds, also their order at equal stamps (a clone at ``t`` follows the updates at ``t``, and a
+pose set at ``t`` comes last: it replaces what they did to the pose)."""
 
 
 @dataclass
@@ -73,19 +74,22 @@ class FilterStats:
     """Times the filter (re)started from a state: explicitly, by alignment, or by set_pose before one."""
     pose_sets: int = 0
     """Poses set on a running filter (:meth:`~velobins_ekf.runner.VelocityEkf.set_pose`)."""
+    pose_stale: int = 0
+    """Of those, poses stamped before the stored history: set at the state time instead of their stamp."""
     restarts: int = 0
     """Times the filter was put back to uninitialised (:meth:`~velobins_ekf.runner.VelocityEkf.restart`)."""
 
 
 USED_COUNTERS = ("imu_used", "meas_applied", "meas_late", "disp_applied", "disp_late")
 """FilterStats counters of inputs used (a late one too)."""
-EVENT_COUNTERS = ("imu_gaps", "initialisations", "pose_sets", "restarts", "init_refused")
+EVENT_COUNTERS = ("imu_gaps", "initialisations", "pose_sets", "pose_stale", "restarts", "init_refused")
 """FilterStats counters of what happened to the filter; the others count inputs it refused (drops)."""
 
 
 @dataclass(order=True)
 class Event:
-    """A queued measurement or clone; sorts by ``(t, kind)``."""
+    """A queued measurement, clone or pose set; sorts by ``(t, kind)`` (a pose: ``z`` its position,
+    ``cov`` its 6x6 covariance or None, ``rot`` its attitude)."""
 
     t: float
     z: np.ndarray = field(compare=False)
@@ -93,6 +97,7 @@ class Event:
     counted: bool = field(default=False, compare=False)
     kind: int = VELOCITY
     t_start: float = field(default=math.nan, compare=False)  # displacement: the clone's stamp
+    rot: np.ndarray | None = field(default=None, compare=False)  # pose: body->world attitude
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 :class:`History` is the part of :class:`~velobins_ekf.runner.VelocityEkf` that keeps the last
 ``history_length`` seconds of IMU samples, applied events and state snapshots, and applies an event
-older than the state (a late measurement, a clone in the past) by restoring the newest snapshot
+older than the state (a late measurement, a clone in the past, a pose set late) by restoring the newest snapshot
 before it and re-applying the IMU and the events after it: the result equals in-order processing.
 It works on the runner's state (``ekf``, ``_t``, ``_sample``, ``_imu``, ``_pending``, ``_applied``,
 ``_snaps``) and calls back its ``_apply`` and ``_advance``.
@@ -33,8 +33,8 @@ class History:
     _last_snap_t: float
 
     def _forget_history(self) -> None:
-        """Drop the IMU, events and snapshots before now (a hold or a set pose: no re-propagation may
-        cross it) and take a snapshot of the current state."""
+        """Drop the IMU, events and snapshots before now (a hold: no re-propagation may cross it) and
+        take a snapshot of the current state."""
         self._imu.clear()
         self._applied.clear()
         self._snaps.clear()

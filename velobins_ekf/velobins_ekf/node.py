@@ -143,7 +143,8 @@ class EkfNodeConfig:
     """IMU-time spacing of path messages [s]: the whole path is re-sent each time, so not per pose."""
     set_pose_topic: str = param("set_pose")
     """Input geometry_msgs/PoseWithCovarianceStamped (robot_localization's set_pose): sets position, attitude
-    and their covariance (frame odom_frame; all-zero covariance = the initial sigmas); empty disables it."""
+    and their covariance at the message's stamp (frame odom_frame; all-zero covariance = the initial sigmas;
+    a zero stamp = now); empty disables it."""
     reset_service: str = param("reset")
     """std_srvs/Trigger service that restarts the filter (it initialises again per init_mode); empty disables it."""
     output_queue_depth: int = param(10, min=1, max=100000)
@@ -316,14 +317,17 @@ class EkfNode(Node):
         if not (np.all(np.isfinite(pos)) and np.all(np.isfinite(quat))) or abs(np.linalg.norm(quat) - 1.0) > 1e-3:
             self.drops.drop("set_pose_invalid", "non-finite position or non-unit orientation")
             return
+        stamp = msg.header.stamp
+        t = None if stamp.sec == 0 and stamp.nanosec == 0 else stamp_to_sec(stamp)  # unstamped: now
         try:
-            self.filter.set_pose(pos, quat_to_matrix(quat), cov, t=stamp_to_sec(msg.header.stamp))
+            at_stamp = self.filter.set_pose(pos, quat_to_matrix(quat), cov, t=t)
         except ValueError as exc:
             self.drops.drop("set_pose_invalid", str(exc))
             return
         self.health.nis.reset()
+        where = "" if at_stamp else f" at the filter's time, not its stamp {t:.3f} (outside the filter's history)"
         self.health.report(
-            f"pose set by {self.get_namespace().rstrip('/')}/{self.config.set_pose_topic}: {pos.round(3)}"
+            f"pose set by {self.get_namespace().rstrip('/')}/{self.config.set_pose_topic}: {pos.round(3)}{where}"
         )
 
     def restart(self, why: str) -> None:

@@ -26,7 +26,8 @@ Without an explicit :meth:`VelocityEkf.initialize`, the filter aligns itself wit
 last ``init_window`` seconds of IMU and takes its velocity from the first measurement, or zero at
 rest (:meth:`VelocityEkf.align_at_rest`); an implausible IMU refuses the start
 (:class:`~velobins_ekf.initial_state.AlignmentWindow`). :meth:`VelocityEkf.set_pose` and
-:meth:`VelocityEkf.restart` serve a node's set_pose and reset.
+:meth:`VelocityEkf.restart` serve a node's set_pose and reset; a pose set is an event at its stamp
+like a measurement (ahead: it waits; behind: re-propagation), so its latency does not matter.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ import numpy as np
 from velobins_ekf.config import EkfConfig
 from velobins_ekf.displacement import DisplacementResult
 from velobins_ekf.ekf import ErrorStateEkf, NavState, UpdateResult
-from velobins_ekf.events import CLONE, DISPLACEMENT, VELOCITY, Event, FilterStats, Snapshot, is_spd
+from velobins_ekf.events import CLONE, DISPLACEMENT, POSE, VELOCITY, Event, FilterStats, Snapshot, is_spd
 from velobins_ekf.history import History
 from velobins_ekf.initial_state import AlignmentWindow, Sample
 from velobins_ekf.integrity import ImuFault, SpecificForceMonitor, gap_inflation
@@ -150,26 +151,49 @@ class VelocityEkf(History):
 
     def set_pose(
         self, pos: np.ndarray, rot: np.ndarray, cov6: np.ndarray | None = None, t: float | None = None
-    ) -> None:
-        """Set the position (3,) [m] and body->world attitude (3, 3) of the filter, as robot_localization's
-        set_pose does: velocity and biases are kept, the pose's covariance is ``cov6`` (6x6, ROS order
-        ``x, y, z, rotX, rotY, rotZ``, rotation about the world axes; the initial sigmas when it is None
-        or not positive definite) and uncorrelated with the rest. Applies at the current state time
-        (stamp ``t`` is used only by a filter not initialised yet, which starts at rest with this pose).
+    ) -> bool:
+        """Set the position (3,) [m] and body->world attitude (3, 3) of the filter at stamp ``t``, as
+        robot_localization's set_pose does: velocity (in the body frame) and biases are kept, the pose's
+        covariance is ``cov6`` (6x6, ROS order ``x, y, z, rotX, rotY, rotZ``, rotation about the world
+        axes; the initial sigmas when it is None or not positive definite), uncorrelated with the rest.
+
+        The pose is an event like a measurement, so it lands where it belongs whatever its latency: a
+        stamp ahead of the state waits for the IMU to reach it; one behind it is set by re-propagation
+        (the IMU and the measurements after it move on from the new pose). Setting a pose of time ``t``
+        at another time would leave the attitude wrong by the rotation in between, which the velocity
+        updates then fight for seconds. ``t`` None sets it at the current state time; so does a stamp
+        older than the stored history or more than ``history_length`` ahead of the state (another
+        clock's), counted in ``pose_stale``. A filter not initialised yet starts at
+        rest with this pose (at ``t``, else the newest IMU stamp).
+
+        Returns False when the pose was stale (set at the state time instead of ``t``), else True.
         """
         pos = np.asarray(pos, dtype=np.float64).reshape(3)
         rot = np.asarray(rot, dtype=np.float64).reshape(3, 3)
         if not (np.all(np.isfinite(pos)) and np.all(np.isfinite(rot))):
             raise ValueError("VelocityEkf.set_pose: position and attitude must be finite")
+        if t is not None and not math.isfinite(t):
+            raise ValueError(f"VelocityEkf.set_pose: stamp must be finite, got {t!r}")
         if self._t is None:
             start = t if t is not None else self._last_imu_t
-            if start is None or not math.isfinite(start):
+            if start is None:
                 raise ValueError("VelocityEkf.set_pose: the filter has no time yet (no IMU): give a stamp")
             self.initialize(start, NavState(rot, np.zeros(3), pos, np.zeros(3), np.zeros(3)))
-        st, p = with_pose(self.ekf.state, self.ekf.cov, pos, rot, cov6, self.config)
-        self.ekf.reset(st, p)
-        self._forget_history()
-        self.stats.pose_sets += 1
+            t = None
+        at = self._t if t is None else float(t)
+        pose = Event(at, pos, cov6, kind=POSE, rot=rot)
+        if self._t < at <= self._t + self.config.history_length:  # further ahead: another clock's stamp
+            bisect.insort(self._pending, pose)
+            return True
+        if at == self._t:
+            self._apply(pose)
+            return True
+        if at < self._t and self._replay(pose, [pose]):
+            return True
+        self.stats.pose_stale += 1
+        pose.t = self._t
+        self._apply(pose)
+        return False
 
     def set_config(self, config: EkfConfig) -> None:
         """Use ``config`` from now on; only :meth:`EkfConfig.live_fields` (noise model, gate) may differ.
@@ -266,7 +290,7 @@ class VelocityEkf(History):
                 self._pending.pop(0)
                 self.stats.meas_pending_overflow += 1
             return True
-        if t == self._t:
+        if t == self._t and not (self._applied and self._applied[-1] > m):  # else a pose set at t goes after it
             self._apply(m)
             return True
         return self._apply_late(m)
@@ -383,7 +407,8 @@ class VelocityEkf(History):
     # ------------------------------------------------------------------ internals
     def _hold(self, t: float, s: Sample) -> None:
         """An IMU gap to ``t``: keep the state, grow its covariance (:func:`gap_inflation`), drop the
-        events stamped inside the gap and the history before it, and go on from ``t``."""
+        events stamped inside the gap (but set the last pose set there, at ``t``) and the history
+        before it, and go on from ``t``."""
         t_before, gap = self._t, t - self._t
         if self._sample is not None:  # else no IMU since an explicit initialisation: nothing to hold
             st = self.ekf.state.copy()
@@ -391,9 +416,13 @@ class VelocityEkf(History):
             self.stats.imu_gaps += 1
             self._holds.append((t_before, t))
         inside = [e for e in self._pending if e.t < t]
-        self.stats.meas_in_gap += sum(e.kind != CLONE for e in inside)
+        self.stats.meas_in_gap += sum(e.kind not in (CLONE, POSE) for e in inside)
         self._pending = [e for e in self._pending if e.t >= t]
         self._t, self._sample = t, s
+        poses = [e for e in inside if e.kind == POSE]
+        if poses:  # a pose set inside the gap is the best pose there is after it: set at its end
+            poses[-1].t = t
+            self._apply(poses[-1])
         self._forget_history()
         while self._pending and self._pending[0].t == t:
             self._apply(self._pending.pop(0))
@@ -451,8 +480,13 @@ class VelocityEkf(History):
         self._take_snapshot()
 
     def _apply_event(self, m: Event) -> None:
-        """Apply a clone or displacement event (see :meth:`_apply` for velocity)."""
-        if m.kind == CLONE:
+        """Apply a clone, displacement or pose event (see :meth:`_apply` for velocity)."""
+        if m.kind == POSE:
+            state, cov = with_pose(self.ekf.state, self.ekf.cov, m.z, m.rot, m.cov, self.config)
+            self.ekf.reset(state, cov)  # also drops the clones: no displacement spans a pose set
+            self.stats.pose_sets += not m.counted
+            m.counted = True
+        elif m.kind == CLONE:
             self.stats.clones_dropped += self.ekf.clone_pose(m.t)
         elif self.ekf.clones.index(m.t_start) < 0:  # its clone was marginalised (max_clones)
             self.stats.disp_too_old += not m.counted

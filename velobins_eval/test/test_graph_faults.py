@@ -10,7 +10,9 @@ time plus an offset; and records ``/diagnostics`` and the odometry. Phases, in o
    and the hold; the filter never propagates across it (before: one 10 s step, 66 m). A hold cannot
    tell a jump from a gap, so the position σ grows by |v| · 10 s: "position uncertain" follows the
    event in the message, and stays once the event is old (WARN or ERROR).
-3. **set_pose**: the ground-truth pose on ``set_pose`` restores it: OK again.
+3. **set_pose**: the ground-truth pose on ``set_pose`` restores it: OK again. The pose is the truth of
+   0.5 s before, stamped then (a slow localiser): the filter sets it at its stamp (set at its arrival
+   instead, the attitude would be off by half a second of turning and the NIS test would raise).
 4. **long gap**: nothing for 1.5 s (time passes): "no IMU" WARN, then the hold over the gap is reported.
 5. **rotor loss**: the network's output stops (what a lost rotor stream does to the network node:
    test_graph_health): "no fused update" WARN, then ERROR after ``update_error_after``.
@@ -44,6 +46,7 @@ from __future__ import annotations
 import bisect
 import math
 import time
+from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +85,7 @@ class Probe(gf.ProbeNode):
         self.odometry: list[tuple[float, Any]] = []  # (wall, message)
         self.marks: list[tuple[str, float]] = []  # (what, wall): restarts and set poses split the odometry
         self.vel_stamps: list[float] = []
+        self.sent: deque[tuple[int, float]] = deque(maxlen=200)  # (flight sample, stamp) of the last IMU
         self.k = 0  # flight sample
         self.offset = 0.0  # stamp = wall clock + offset
         self.rng = np.random.default_rng(0)
@@ -127,6 +131,7 @@ class Probe(gf.ProbeNode):
             a.x, a.y, a.z = (float(x) for x in acc)
             w.x, w.y, w.z = (float(x) for x in gyro)
             self.imu_pub.publish(imu_msg)
+            self.sent.append((k, stamp))
             if velocity and self.k % every == 0:
                 rot = _rot(f.q[k])
                 z = rot.T @ f.v[k] + self.rng.normal(0.0, NOISE, 3)
@@ -143,11 +148,13 @@ class Probe(gf.ProbeNode):
         time.sleep(seconds)
         self.k += round(seconds * RATE)
 
-    def set_pose(self) -> None:
-        f, k = self.flight, self.k % len(self.flight.t)
+    def set_pose(self, age: float) -> None:
+        """Publish the true pose of the IMU sample sent ``age`` seconds ago, with that sample's stamp."""
+        f = self.flight
+        k, stamp = min(self.sent, key=lambda sent: abs(sent[1] - (self.sent[-1][1] - age)))
         msg = self.Pose()
         msg.header.frame_id = "odom"
-        gf.set_stamp(msg, time.time() + self.offset)
+        gf.set_stamp(msg, stamp)
         p, q = msg.pose.pose.position, msg.pose.pose.orientation
         p.x, p.y, p.z = (float(x) for x in f.p[k])
         q.x, q.y, q.z, q.w = (float(x) for x in f.q[k])
@@ -207,7 +214,7 @@ def test_faults_are_named_and_odometry_never_jumps(ros_domain: int, flight: Any,
         phase("forward jump", forward)
 
         def set_pose() -> None:
-            probe.set_pose()
+            probe.set_pose(age=0.5)
             probe.play(3.0)
 
         phase("set_pose", set_pose)
