@@ -71,6 +71,7 @@ ARMS: dict[str, tuple[str, tuple[str, ...]]] = {
         "G+H",
         ("--recipe", "paper", "--val-split", "flights", "--label-floor", "val", "--kl-scale", "0.01"),
     ),
+    "gh_init_valfloor": ("G+H", ("--recipe", "own-vehicle", "--val-split", "flights", "--init-from", "crazyflie")),
 }
 """Arm → (variant, options). ``paper`` + ``flights`` were ``velobins train``'s defaults before this study.
 Round 1: the small-data recipe with tails selection, with and without augmentation, and ``gh_paper_kl`` (λ_KL
@@ -80,7 +81,8 @@ the KL term costs on small data), ``gh_paper_b64`` (64 bins instead of 512), ``g
 won on ``rpm``: λ_KL scaled by 0.1 and 0.01 for the whole run (``--kl-scale``), and λ_KL rising from 0 over the
 whole run (``gh_kllate``). Round 4: the KL labels' σ bounded below by the last validation's RMS error
 (``gh_valfloor``, ``--label-floor val``: labels never narrower than the error on new flights), alone and with
-λ_KL scaled (``gh_valfloor_kls*``)."""
+λ_KL scaled (``gh_valfloor_kls*``). Round 5: the floor on a model fine-tuned from the shipped one
+(``gh_init_valfloor``: ``gh_init``'s spread collapsed after epoch 0; does the floor let fine-tuning go on?)."""
 
 
 @dataclass(frozen=True)
