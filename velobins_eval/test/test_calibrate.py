@@ -221,9 +221,16 @@ def test_cli_shipped_model_brings_its_overlay(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert f"parameters: {overlay}" in printed and "| before (crazyflie.yaml) |" in printed
     assert "| before (crazyflie.yaml) | 0.07009 | 0.03634 |" in out.read_text().replace("# ", "")  # its densities
+    # only s was fitted: the overlay carries the densities it started from, so it alone configures the vehicle
+    kept = load_filter_config([out])
+    assert (kept.acc_noise_density, kept.gyro_noise_density) == (0.07009, 0.03634)
+    assert "kept from --params (not fitted): acc_noise_density 0.07009, gyro_noise_density 0.03634" in printed
+    assert "# kept from --params (not fitted)" in out.read_text() and "variance_scale:" in out.read_text()
 
     defaults = tmp_path / "defaults.yaml"
     defaults.write_text("/**/velobins_ekf:\n  ros__parameters:\n    filter:\n      acc_noise_density: 0.02\n")
     assert cli_main([*base, "--params", str(defaults), "--out", str(tmp_path / "o2.yaml")]) == 0
     printed = capsys.readouterr().out
     assert "parameters:" not in printed and "| before (defaults.yaml) | 0.02 |" in printed
+    assert "kept from" not in printed  # 0.02 is the node's own value: nothing to carry
+    assert "velobins_ekf" not in (tmp_path / "o2.yaml").read_text()

@@ -38,6 +38,7 @@ from velobins_common.stats import gaussian_nll
 from velobins_data.flight import Flight
 
 from .calibrate_fit import (
+    FITTABLE,
     SCALE,
     CalibrationFlight,
     FitResult,
@@ -274,6 +275,18 @@ def run_fit(args: argparse.Namespace, inputs: Inputs, flights: list, log: Callab
 def fitted_values(stages: list[Stage]) -> dict[str, float]:
     """Every fitted field, in the order of the stages."""
     return {n: v for st in stages for n, v in st.fit.values.items()}
+
+
+def kept_values(start: Point, default: Point, fitted: dict[str, float]) -> dict[str, float]:
+    """The fittable fields (:data:`FITTABLE`) that ``--params`` set (``start`` differs from ``default``, the
+    node's values) and this run did not fit: the overlay carries them too, so it alone sets everything calibrate
+    owns. A final model's s fitted with ``--params cross_fit.yaml --fit variance_scale`` then keeps the cross-fit's
+    IMU densities, and one ``params_file`` launches the vehicle."""
+
+    def value(point: Point, name: str) -> float:
+        return float(point.scale if name == SCALE else getattr(point.config, name))
+
+    return {n: value(start, n) for n in FITTABLE if n not in fitted and value(start, n) != value(default, n)}
 
 
 def stage_lines(stages: list[Stage]) -> list[str]:

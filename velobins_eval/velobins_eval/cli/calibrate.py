@@ -19,6 +19,7 @@ from velobins_eval.calibrate import (
     Inputs,
     fitted_table,
     fitted_values,
+    kept_values,
     load,
     measurements,
     mode_of,
@@ -175,6 +176,14 @@ def gather(args: argparse.Namespace) -> Inputs:
     return inputs
 
 
+def default_point() -> Point:
+    """The node's own filter config and variance scale (no parameter files): what an overlay need not repeat."""
+    from velobins_ekf.params import load_filter_config
+    from velobins_net.inference import load_predictor_config
+
+    return Point(load_filter_config([]), load_predictor_config([]).variance_scale)
+
+
 def cpu_seconds() -> float:
     """CPU time of this process and of its finished children (the filter's worker processes) [s]."""
     import resource
@@ -217,8 +226,14 @@ def _calibrate(args: argparse.Namespace, argv: list[str], target) -> int:
     report = [*table, *stage_lines(stages), *net]
     print("\n".join([*report, timing]))
 
-    header = [*overlay_header(args, inputs, stages, report), "", "Command: velobins calibrate " + shlex.join(argv)]
     values = fitted_values(stages)
+    kept = kept_values(inputs.start, default_point(), values)
+    header = [*overlay_header(args, inputs, stages, report), "", "Command: velobins calibrate " + shlex.join(argv)]
+    if kept:
+        line = "kept from --params (not fitted): " + ", ".join(f"{n} {v:.4g}" for n, v in kept.items())
+        print(line)
+        header += [line]
+    values |= kept
     filter_values = {n: v for n, v in values.items() if n != SCALE}
     write_output_file(target, overlay_text(header, filter_values, values.get(SCALE)))
     print(f"wrote {args.out}")
