@@ -282,11 +282,7 @@ def kept_values(start: Point, default: Point, fitted: dict[str, float]) -> dict[
     node's values) and this run did not fit: the overlay carries them too, so it alone sets everything calibrate
     owns. A final model's s fitted with ``--params cross_fit.yaml --fit variance_scale`` then keeps the cross-fit's
     IMU densities, and one ``params_file`` launches the vehicle."""
-
-    def value(point: Point, name: str) -> float:
-        return float(point.scale if name == SCALE else getattr(point.config, name))
-
-    return {n: value(start, n) for n in FITTABLE if n not in fitted and value(start, n) != value(default, n)}
+    return {n: start.value(n) for n in FITTABLE if n not in fitted and start.value(n) != default.value(n)}
 
 
 def stage_lines(stages: list[Stage]) -> list[str]:

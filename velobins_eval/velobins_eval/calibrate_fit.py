@@ -183,6 +183,10 @@ class Point:
     config: object
     scale: float
 
+    def value(self, name: str) -> float:
+        """The field ``name`` (:data:`FITTABLE`): s, or the filter config's field of that name."""
+        return float(self.scale if name == SCALE else getattr(self.config, name))
+
 
 class Objective:
     """Mean NLL per update of a :class:`Point` over the flights (``kind``: an :data:`OBJECTIVES` entry).
@@ -293,7 +297,7 @@ class FitResult:
 
 def log_values(point: Point, names: Sequence[str]) -> np.ndarray:
     """log₁₀ of the fields ``names`` of ``point``."""
-    return np.array([math.log10(point.scale if n == SCALE else getattr(point.config, n)) for n in names])
+    return np.array([math.log10(point.value(n)) for n in names])
 
 
 def point_at(start: Point, names: Sequence[str], x: np.ndarray) -> Point:
@@ -333,7 +337,7 @@ def fit_noise(
     """
     names = check_fit_names(names)
     for n in names:
-        if (start.scale if n == SCALE else getattr(start.config, n)) <= 0:
+        if start.value(n) <= 0:
             raise UserError(f"calibrate: cannot fit {n} from a start value of 0 (set it > 0 in --params)")
     say = log or (lambda _msg: None)
     x_start = log_values(start, names)
