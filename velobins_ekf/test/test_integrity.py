@@ -189,6 +189,21 @@ def test_a_pose_is_set_at_its_stamp_however_late_or_early_it_arrives(arrives_at:
     assert other_clock.stats.pose_stale == 1 and other_clock.stats.pose_sets == 1
 
 
+def test_a_waiting_pose_is_not_evicted_by_velocities_overflowing_the_queue() -> None:
+    """``max_pending`` bounds the velocities waiting for the IMU; a pose set waiting among them stays."""
+    t, imu, _, s0 = _flight(1.0)
+    f = VelocityEkf(EkfConfig(max_pending=3))
+    f.initialize(0.0, s0)
+    f.add_imu(t[1], imu.acc[1], imu.gyro[1])
+    assert f.set_pose(np.ones(3), np.eye(3), t=t[20])  # ahead of the IMU: waits, the oldest pending event
+    for k in range(30, 35):
+        f.add_velocity(t[k], np.zeros(3), np.eye(3) * 0.01)
+    assert f.stats.meas_pending_overflow == 2 and f.stats.pose_sets == 0
+    for k in range(2, 25):
+        f.add_imu(t[k], imu.acc[k], imu.gyro[k])
+    assert f.stats.pose_sets == 1 and f.stats.pose_stale == 0
+
+
 def test_set_pose_keeps_body_velocity_and_biases_and_restart_keeps_counters() -> None:
     t, imu, _, s0 = _flight(1.0)
     f = VelocityEkf(EkfConfig())

@@ -75,7 +75,8 @@ class FilterStats:
     pose_sets: int = 0
     """Poses set on a running filter (:meth:`~velobins_ekf.runner.VelocityEkf.set_pose`)."""
     pose_stale: int = 0
-    """Of those, poses stamped before the stored history: set at the state time instead of their stamp."""
+    """Of those, poses stamped outside the stored history (before it, or further ahead than its length): set at
+    the state time instead of their stamp."""
     restarts: int = 0
     """Times the filter was put back to uninitialised (:meth:`~velobins_ekf.runner.VelocityEkf.restart`)."""
 

@@ -200,8 +200,9 @@ class VelocityEkf(History, Lifecycle):
             return False
         if t > self._t:
             bisect.insort(self._pending, m)
-            if len(self._pending) > self.config.max_pending:
-                self._pending.pop(0)
+            waiting = [i for i, e in enumerate(self._pending) if e.kind == VELOCITY]  # not a pose, clone, window
+            if len(waiting) > self.config.max_pending:
+                self._pending.pop(waiting[0])
                 self.stats.meas_pending_overflow += 1
             return True
         if t == self._t and not (self._applied and self._applied[-1] > m):  # else a pose set at t goes after it
