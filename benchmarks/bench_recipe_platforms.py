@@ -72,6 +72,8 @@ ARMS: dict[str, tuple[str, tuple[str, ...]]] = {
         ("--recipe", "paper", "--val-split", "flights", "--label-floor", "val", "--kl-scale", "0.01"),
     ),
     "gh_init_valfloor": ("G+H", ("--recipe", "own-vehicle", "--val-split", "flights", "--init-from", "crazyflie")),
+    "gh_valfloor_aug": ("G+H", ("--recipe", "own-vehicle", "--val-split", "flights", *AUG)),
+    "reg_paper_aug": ("reg", ("--recipe", "paper", "--val-split", "flights", *AUG)),
 }
 """Arm → (variant, options). ``paper`` + ``flights`` were ``velobins train``'s defaults before this study.
 Round 1: the small-data recipe with tails selection, with and without augmentation, and ``gh_paper_kl`` (λ_KL
@@ -82,7 +84,10 @@ won on ``rpm``: λ_KL scaled by 0.1 and 0.01 for the whole run (``--kl-scale``),
 whole run (``gh_kllate``). Round 4: the KL labels' σ bounded below by the last validation's RMS error
 (``gh_valfloor``, ``--label-floor val``: labels never narrower than the error on new flights), alone and with
 λ_KL scaled (``gh_valfloor_kls*``). Round 5: the floor on a model fine-tuned from the shipped one
-(``gh_init_valfloor``: ``gh_init``'s spread collapsed after epoch 0; does the floor let fine-tuning go on?)."""
+(``gh_init_valfloor``: ``gh_init``'s spread collapsed after epoch 0; does the floor let fine-tuning go on?).
+Round 6, against the 5 % network-AVE gap on ``n8`` (both methods over-fit from epoch 3-4): the sensor
+augmentation ``AUG`` on the new default and, for a fair comparison, on regression (``gh_valfloor_aug``,
+``reg_paper_aug``)."""
 
 
 @dataclass(frozen=True)
