@@ -4,6 +4,14 @@ from setuptools import find_packages, setup
 
 PACKAGE = "velobins_bridges"
 
+NODES = {
+    "velobins_rotor_bridge": "velobins_bridges.rotor_node:main",
+    "velobins_imu_bridge": "velobins_bridges.imu_node:main",
+    "velobins_odom_out": "velobins_bridges.odom_out_node:main",
+}
+"""Node executable → its ``main``. Each executable is installed as ``velobins_common.entry:main``, which
+imports the node under the ``velobins.nodes`` group so that a stop during the import is quiet (its docstring)."""
+
 setup(
     name=PACKAGE,
     version="0.1.0",
@@ -20,9 +28,8 @@ setup(
     license="BSD-3-Clause",
     entry_points={
         "console_scripts": [
-            "velobins_rotor_bridge = velobins_bridges.rotor_node:main",
-            "velobins_imu_bridge = velobins_bridges.imu_node:main",
-            "velobins_odom_out = velobins_bridges.odom_out_node:main",
+            *(f"{name} = velobins_common.entry:main" for name in NODES),
         ],
+        "velobins.nodes": [f"{name} = {target}" for name, target in NODES.items()],
     },
 )

@@ -4,6 +4,13 @@ from setuptools import find_packages, setup
 
 PACKAGE = "velobins_eval"
 
+NODES = {
+    "velobins_eval_node": "velobins_eval.eval_node:main",
+    "velobins_replay_node": "velobins_eval.replay_node:main",
+}
+"""Node executable → its ``main``. Each executable is installed as ``velobins_common.entry:main``, which
+imports the node under the ``velobins.nodes`` group so that a stop during the import is quiet (its docstring)."""
+
 setup(
     name=PACKAGE,
     version="0.1.0",
@@ -22,8 +29,8 @@ setup(
     entry_points={
         "console_scripts": [
             "velobins = velobins_eval.cli:main",
-            "velobins_eval_node = velobins_eval.eval_node:main",
-            "velobins_replay_node = velobins_eval.replay_node:main",
+            *(f"{name} = velobins_common.entry:main" for name in NODES),
         ],
+        "velobins.nodes": [f"{name} = {target}" for name, target in NODES.items()],
     },
 )

@@ -4,6 +4,12 @@ from setuptools import find_packages, setup
 
 PACKAGE = "velobins_net"
 
+NODES = {
+    "velobins_net_node": "velobins_net.node:main",
+}
+"""Node executable → its ``main``. Each executable is installed as ``velobins_common.entry:main``, which
+imports the node under the ``velobins.nodes`` group so that a stop during the import is quiet (its docstring)."""
+
 setup(
     name=PACKAGE,
     version="0.1.0",
@@ -24,7 +30,8 @@ setup(
     license="BSD-3-Clause",
     entry_points={
         "console_scripts": [
-            "velobins_net_node = velobins_net.node:main",
+            *(f"{name} = velobins_common.entry:main" for name in NODES),
         ],
+        "velobins.nodes": [f"{name} = {target}" for name, target in NODES.items()],
     },
 )
