@@ -10,8 +10,7 @@ can still end every node it started): the script includes one launch file with i
 reads the launch's own output: ``process started with pid [N]`` lines give the node pids, node log
 lines say when a node is ready, and waits are on those lines with generous timeouts, never on sleeps.
 
-:class:`Vehicle` is the autopilot side: it publishes a simulated flight's IMU and rotor speeds in
-real time (stamped with the wall clock, looped) and records the odometry that comes back.
+:class:`vehicle_probe.Vehicle` is the autopilot side of these tests.
 """
 
 from __future__ import annotations
@@ -24,7 +23,6 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 LAUNCH_DIR = ROOT / "velobins_bringup" / "launch"
@@ -159,96 +157,6 @@ class LaunchRun:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
         self._reader.join(timeout=10.0)
-
-
-class Vehicle:
-    """The autopilot side in this process: publishes ``flight`` (IMU + rotor speeds, wall-clock stamps, looped)
-    under ``namespace`` and records the arrival time and frames of each odometry message.
-
-    Args:
-        domain_id: ROS domain of the launch under test.
-        flight: a :class:`velobins_data.flight.Flight` (e.g. from the simulator).
-        namespace: the launch's namespace (topics are relative there).
-        imu_frame: ``header.frame_id`` of the IMU messages (mavros: ``base_link`` on every vehicle).
-        imu_topic: where the IMU goes (``mavros/imu/data_raw`` for a launch with the IMU bridge).
-    """
-
-    def __init__(
-        self, domain_id: int, flight: Any, namespace: str = "", imu_frame: str = "base_link", imu_topic: str = "imu"
-    ) -> None:
-        import rclpy
-        from nav_msgs.msg import Odometry
-        from rclpy.context import Context
-        from rclpy.executors import SingleThreadedExecutor
-        from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
-        from rclpy.signals import SignalHandlerOptions
-        from sensor_msgs.msg import Imu
-
-        from velobins_data.bag import rotor_kind_code
-        from velobins_msgs.msg import RotorSpeeds
-
-        self.flight, self.imu_frame = flight, imu_frame
-        self.kind = rotor_kind_code(flight.rotor_kind)
-        self.ctx = Context()
-        rclpy.init(args=[], context=self.ctx, domain_id=domain_id, signal_handler_options=SignalHandlerOptions.NO)
-        self.node = rclpy.create_node("vehicle", namespace=namespace or "/", context=self.ctx)
-        self.imu_pub = self.node.create_publisher(Imu, imu_topic, qos_profile_sensor_data)
-        self.rotor_pub = self.node.create_publisher(RotorSpeeds, "rotor_speeds", qos_profile_sensor_data)
-        self.Imu, self.RotorSpeeds = Imu, RotorSpeeds
-        self.odometry: list[tuple[float, str, str]] = []
-        """(monotonic arrival time, header.frame_id, child_frame_id) of each odometry message."""
-        reliable = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
-        self.node.create_subscription(Odometry, "velobins/odometry", self._on_odometry, reliable)
-        self.executor = SingleThreadedExecutor(context=self.ctx)
-        self.executor.add_node(self.node)
-        self._stop = threading.Event()
-        self._threads = [threading.Thread(target=f, daemon=True) for f in (self._spin, self._publish)]
-        for t in self._threads:
-            t.start()
-
-    def _on_odometry(self, msg: Any) -> None:
-        self.odometry.append((time.monotonic(), msg.header.frame_id, msg.child_frame_id))
-
-    def _spin(self) -> None:
-        while not self._stop.is_set() and self.ctx.ok():
-            self.executor.spin_once(timeout_sec=0.05)
-
-    def _publish(self) -> None:
-        f = self.flight
-        period = float(f.t[1] - f.t[0])
-        imu, rot = self.Imu(), self.RotorSpeeds()
-        imu.header.frame_id = self.imu_frame
-        rot.kind = self.kind
-        start, n = time.monotonic(), 0
-        while not self._stop.is_set():
-            k = n % len(f.t)
-            sec, nsec = divmod(time.time_ns(), 1_000_000_000)
-            for msg in (imu, rot):
-                msg.header.stamp.sec, msg.header.stamp.nanosec = sec, nsec
-            a, w = imu.linear_acceleration, imu.angular_velocity
-            a.x, a.y, a.z = (float(x) for x in f.acc[k])
-            w.x, w.y, w.z = (float(x) for x in f.gyro[k])
-            rot.speeds = [float(x) for x in f.rotor[k]]
-            self.imu_pub.publish(imu)
-            self.rotor_pub.publish(rot)
-            n += 1
-            self._stop.wait(max(0.0, start + n * period - time.monotonic()))
-
-    def wait_for_odometry(self, timeout: float) -> float:
-        """Monotonic arrival time of the first odometry message (AssertionError after ``timeout`` s)."""
-        deadline = time.monotonic() + timeout
-        while not self.odometry:
-            assert time.monotonic() < deadline, f"no odometry within {timeout:g} s"
-            time.sleep(0.02)
-        return self.odometry[0][0]
-
-    def close(self) -> None:
-        self._stop.set()
-        for t in self._threads:
-            t.join(timeout=5.0)
-        self.executor.shutdown()
-        self.node.destroy_node()
-        self.ctx.try_shutdown()
 
 
 def _run(argv: list[str]) -> int:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import launch_harness as lh
 import pytest
+from vehicle_probe import Vehicle
 
 pytestmark = [pytest.mark.ros, pytest.mark.skipif(lh.launch_vendor() is None, reason=lh.skip_reason())]
 
@@ -51,7 +52,7 @@ def start(tmp_path_factory: pytest.TempPathFactory) -> Start:
     mp = pytest.MonkeyPatch()
     mp.setenv("ROS_DOMAIN_ID", str(domain := random.SystemRandom().randint(1, 100)))
     mp.setenv("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
-    vehicle = lh.Vehicle(domain, simulate_flight("nano", "helix", 10.0, 7), namespace="/drone1", imu_frame="base_link")
+    vehicle = Vehicle(domain, simulate_flight("nano", "helix", 10.0, 7), namespace="/drone1", imu_frame="base_link")
     run = None
     try:
         run = lh.LaunchRun(

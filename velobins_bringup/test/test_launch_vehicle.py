@@ -16,6 +16,7 @@ from pathlib import Path
 
 import launch_harness as lh
 import pytest
+from vehicle_probe import Vehicle
 
 pytestmark = [pytest.mark.ros, pytest.mark.skipif(lh.launch_vendor() is None, reason=lh.skip_reason())]
 
@@ -31,7 +32,7 @@ def test_platform_launch_bridges_in_and_odometry_out(tmp_path: Path, monkeypatch
     monkeypatch.setenv("ROS_DOMAIN_ID", str(domain := random.SystemRandom().randint(1, 100)))
     monkeypatch.setenv("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     flight = simulate_flight("nano", "helix", 10.0, 7)
-    vehicle = lh.Vehicle(domain, flight, namespace="/drone1", imu_frame="base_link", imu_topic="mavros/imu/data_raw")
+    vehicle = Vehicle(domain, flight, namespace="/drone1", imu_frame="base_link", imu_topic="mavros/imu/data_raw")
     out: list[tuple[str, str]] = []
     sub = vehicle.node.create_subscription(
         Odometry, "mavros/odometry/out", lambda m: out.append((m.header.frame_id, m.child_frame_id)), 10

@@ -182,8 +182,9 @@ class ProbeNode:
     """This process's side of a live graph: own rclpy context and node, spun on a daemon thread.
 
     The context is private (not rclpy's default one), on the test's ``domain_id``, and installs no
-    signal handlers (Ctrl-C stays pytest's). Every ``/diagnostics`` status is
-    kept in ``diags[status name]`` in arrival order (unless ``diagnostics`` is False). A subclass
+    signal handlers (Ctrl-C stays pytest's); the node's relative topics resolve under ``namespace``.
+    Every ``/diagnostics`` status is kept in ``diags[status name]`` in arrival order (unless
+    ``diagnostics`` is False). A subclass
     creates its publishers and subscriptions in :meth:`add_endpoints`, which runs before the
     executor starts, so nothing arrives before its subscription exists; state its callbacks use
     is set before ``super().__init__``. Call :meth:`close` when done (or use it as a context manager).
@@ -197,7 +198,9 @@ class ProbeNode:
     SPIN_TIMEOUT = 0.05
     """Longest wait of one executor spin [s]: how soon the spinning thread notices :meth:`close`."""
 
-    def __init__(self, domain_id: int, name: str, *, depth: int = 100, diagnostics: bool = True) -> None:
+    def __init__(
+        self, domain_id: int, name: str, *, namespace: str = "", depth: int = 100, diagnostics: bool = True
+    ) -> None:
         import rclpy
         from rclpy.context import Context
         from rclpy.executors import SingleThreadedExecutor
@@ -206,7 +209,7 @@ class ProbeNode:
 
         self.ctx = Context()
         rclpy.init(args=[], context=self.ctx, domain_id=domain_id, signal_handler_options=SignalHandlerOptions.NO)
-        self.node = rclpy.create_node(name, context=self.ctx)
+        self.node = rclpy.create_node(name, namespace=namespace or "/", context=self.ctx)
         self.reliable = QoSProfile(depth=depth, reliability=ReliabilityPolicy.RELIABLE)
         self.diags: dict[str, list[Diag]] = {}
         try:
