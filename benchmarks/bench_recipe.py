@@ -111,17 +111,22 @@ def run_job(job: Job, out: Path) -> None:
     train_and_evaluate(out / job.name, *commands(job, out))
 
 
+def run_logged(log: Path, *commands: list[str]) -> None:
+    """Run ``commands`` in order from the repository root, their output into ``log``; the first failure raises."""
+    with open(log, "w") as out:
+        for cmd in commands:
+            subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, check=True, cwd=ROOT)
+
+
 def train_and_evaluate(run: Path, train: list[str], evaluate: list[str]) -> None:
     """Run ``train`` then ``evaluate`` for the run folder ``run``, skipping what has finished (a ``done`` marker,
     ``eval/metrics.json``), logging to ``<run>/train.log`` / ``eval.log``."""
     run.mkdir(parents=True, exist_ok=True)
     if not (run / "done").exists():
-        with open(run / "train.log", "w") as log:
-            subprocess.run(train, stdout=log, stderr=subprocess.STDOUT, check=True, cwd=ROOT)
+        run_logged(run / "train.log", train)
         (run / "done").write_text("trained\n")
     if not (run / "eval" / "metrics.json").exists():
-        with open(run / "eval.log", "w") as log:
-            subprocess.run(evaluate, stdout=log, stderr=subprocess.STDOUT, check=True, cwd=ROOT)
+        run_logged(run / "eval.log", evaluate)
 
 
 def run_row(job: Job, out: Path) -> dict | None:

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_recipe import DATA, PARAMS, ROOT, run_row, subset_dir, train_and_evaluate
+from bench_recipe import DATA, PARAMS, ROOT, run_logged, run_row, subset_dir, train_and_evaluate
 
 DOCS = ROOT / "docs" / "results" / "recipe_platforms"
 RPM_PARAMS = DOCS / "rpm_imu_noise.yaml"
@@ -183,9 +183,7 @@ def run_calibrated(job: Job, out: Path) -> None:
     if (run / "eval_cal" / "metrics.json").exists() or not (run / "done").exists():
         return
     link_heldout(job, out)
-    with open(run / "calibrate.log", "w") as log:
-        for cmd in calibrated_commands(job, out):
-            subprocess.run([*NICE, *cmd], stdout=log, stderr=subprocess.STDOUT, check=True, cwd=ROOT)
+    run_logged(run / "calibrate.log", *([*NICE, *cmd] for cmd in calibrated_commands(job, out)))
 
 
 def run_job(job: Job, out: Path) -> str:
