@@ -91,13 +91,43 @@ def test_slim_checkpoint_drops_training_state_and_keeps_the_weights(tmp_path: Pa
         "optimizer_state": {"state": {0: {"exp_avg": torch.ones(1000)}}, "param_groups": []},
         "rng": {"torch": torch.get_rng_state()},
         "git_commit": "abc",
+        "data": {
+            "description": "csv: train /home/pilot/flights/train (2 flights), val /home/pilot/flights/val (1 flight)",
+            "train": [{"name": "hover_01", "source": "/home/pilot/flights/train/hover_01.csv", "dataset": "csv"}],
+        },
     }
     save_checkpoint(tmp_path / "best.pt", full)
     slim = slim_checkpoint(tmp_path / "best.pt", tmp_path / "quad.pt", shipped_as="quad")
     ckpt = read_checkpoint(slim)
     assert "optimizer_state" not in ckpt and "rng" not in ckpt
     assert ckpt["git_commit"] == "abc" and ckpt["shipped_as"] == "quad"
+    # The training machine's folders are cut, the flights' names kept.
+    assert ckpt["data"]["description"] == "csv: train train (2 flights), val val (1 flight)"
+    assert ckpt["data"]["train"] == [{"name": "hover_01", "source": "hover_01.csv", "dataset": "csv"}]
     assert slim.stat().st_size < (tmp_path / "best.pt").stat().st_size
     loaded = load_checkpoint(slim)
     for name, value in model.state_dict().items():
         assert torch.equal(loaded.state_dict()[name], value), name
+
+
+def _strings(value: object) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _strings(v)]
+    if isinstance(value, (list, tuple)):
+        return [s for v in value for s in _strings(v)]
+    return []
+
+
+@pytest.mark.parametrize("name", ["crazyflie", "crazyflie-reg"])
+def test_shipped_models_carry_no_machine_paths(name: str) -> None:
+    """The shipped files name their training flights, not the folders of the machine that trained them."""
+    from velobins_net.checkpoint import read_checkpoint
+    from velobins_net.pretrained import ABSOLUTE_PATH, MODELS_DIR
+
+    ckpt = read_checkpoint(MODELS_DIR / f"{name}.pt")
+    texts = [text for key, value in ckpt.items() if key != "model_state" for text in _strings(value)]
+    found = [text for text in texts if ABSOLUTE_PATH.search(text)]
+    assert not found, found[:3]
+    assert ckpt["data"]["train"][0]["source"].endswith(".csv.gz")

@@ -13,11 +13,14 @@ anything else is one error naming what was asked and listing the shipped names.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 # checkpoint.py imports torch: only the functions that read or write a checkpoint import it, so
 # resolving a name stays cheap where torch is not otherwise needed (the launch files resolve model:=).
+
+T = TypeVar("T")
 
 MODELS_DIR = Path(__file__).resolve().parent / "models"
 """Folder of the shipped models (installed with the package as package data)."""
@@ -69,19 +72,42 @@ TRAINING_ONLY_KEYS = ("optimizer_state", "rng")
 """Checkpoint fields only a resumed training reads; a shipped model goes without them."""
 
 
+ABSOLUTE_PATH = re.compile(r"(?<![\w.~-])/(?:[^\s/,;()'\"]+/)*([^\s/,;()'\"]+)")
+"""An absolute POSIX path inside a string; group 1 is its last component."""
+
+
+def strip_machine_paths(value: T) -> T:
+    """``value`` with every absolute path in its strings cut to its last component, in nested dicts, lists and
+    tuples (other values, tensors included, are kept as they are).
+
+    A training checkpoint names its flights by absolute path (``data.train[i].source``, the data description),
+    which a local run needs (``velobins calibrate`` finds the validation flights by it). A shipped model needs
+    only the names: the folders are the training machine's, and a user's copy should not carry them.
+    """
+    if isinstance(value, str):
+        return ABSOLUTE_PATH.sub(lambda m: m.group(1), value)  # type: ignore[return-value]
+    if isinstance(value, dict):
+        return {k: strip_machine_paths(v) for k, v in value.items()}  # type: ignore[return-value]
+    if isinstance(value, (list, tuple)):
+        return type(value)(strip_machine_paths(v) for v in value)  # type: ignore[return-value]
+    return value
+
+
 def slim_checkpoint(source: str | Path, target: str | Path, **extra: object) -> Path:
     """Write ``source`` (a ``best.pt``) to ``target`` without :data:`TRAINING_ONLY_KEYS`, plus ``extra`` fields.
 
     What stays is what inference and an audit read: model config and weights, variant, bins,
-    normalisation, training config, data, git commit, best epoch and history. The result loads
+    normalisation, training config, data, git commit, best epoch and history, with the training machine's
+    folders cut from their paths (:func:`strip_machine_paths`: flights keep their file names). The result loads
     with :func:`velobins_net.inference.load_checkpoint` (``weights_only``) like the original; the
     weights are bit-identical. ``extra`` records how the model was made (e.g. ``shipped_as``).
     """
     from .checkpoint import read_checkpoint, save_checkpoint
 
     ckpt = read_checkpoint(source)
-    payload = {k: v for k, v in ckpt.items() if k not in TRAINING_ONLY_KEYS and k != "format_version"} | extra
-    return save_checkpoint(target, payload)
+    kept = {k: v for k, v in ckpt.items() if k not in TRAINING_ONLY_KEYS and k != "format_version"}
+    weights = {k: kept.pop(k) for k in ("model_state",) if k in kept}
+    return save_checkpoint(target, strip_machine_paths(kept) | weights | extra)
 
 
 def _names(models_dir: Path) -> str:
