@@ -74,6 +74,8 @@ ARMS: dict[str, tuple[str, tuple[str, ...]]] = {
     "gh_init_valfloor": ("G+H", ("--recipe", "own-vehicle", "--val-split", "flights", "--init-from", "crazyflie")),
     "gh_valfloor_aug": ("G+H", ("--recipe", "own-vehicle", "--val-split", "flights", *AUG)),
     "reg_paper_aug": ("reg", ("--recipe", "paper", "--val-split", "flights", *AUG)),
+    "gh_valfloor_tails": ("G+H", ("--recipe", "own-vehicle", "--val-split", "tails", "--val-fraction", "0.2")),
+    "reg_paper_tails": ("reg", ("--recipe", "paper", "--val-split", "tails", "--val-fraction", "0.2")),
 }
 """Arm → (variant, options). ``paper`` + ``flights`` were ``velobins train``'s defaults before this study.
 Round 1: the small-data recipe with tails selection, with and without augmentation, and ``gh_paper_kl`` (λ_KL
@@ -87,7 +89,9 @@ whole run (``gh_kllate``). Round 4: the KL labels' σ bounded below by the last 
 (``gh_init_valfloor``: ``gh_init``'s spread collapsed after epoch 0; does the floor let fine-tuning go on?).
 Round 6, against the 5 % network-AVE gap on ``n8`` (both methods over-fit from epoch 3-4): the sensor
 augmentation ``AUG`` on the new default and, for a fair comparison, on regression (``gh_valfloor_aug``,
-``reg_paper_aug``)."""
+``reg_paper_aug``); and selection on the last 20 % of every flight with the paper's schedule, which round 1 measured
+only with the ``small-data`` one (``gh_valfloor_tails``, whose floor is then the error on those tails, and
+``reg_paper_tails``)."""
 
 
 @dataclass(frozen=True)
