@@ -7,14 +7,17 @@ from types import SimpleNamespace
 import pytest
 
 from velobins_bridges.messages import (
+    STAMP_SOURCES,
     MissingMessagePackage,
     check_paths,
     header_stamp,
     install_hint,
     message_class,
+    message_stamp,
     parse_path,
     parse_type_name,
     resolve,
+    stamp_paths,
 )
 
 
@@ -55,3 +58,16 @@ def test_check_paths_names_the_parameter_and_the_fields_there() -> None:
     with pytest.raises(ValueError, match=r"'gyro_field': x/msg/Y has no field 'valuez'.*fields there: header, values"):
         check_paths(msg, "x/msg/Y", [("gyro_field", "valuez")])
     assert header_stamp(msg) == 3.5
+
+
+def test_the_stamp_comes_from_the_source_asked_for_and_needs_only_its_path() -> None:
+    """One stamp rule for the rotor and IMU bridges: header.stamp, arrival time, or a scaled numeric field."""
+    stamp = SimpleNamespace(sec=12, nanosec=500_000_000)
+    msg = SimpleNamespace(header=SimpleNamespace(stamp=stamp), timestamp=7_250_000)
+    assert message_stamp(msg, 99.0, "header", "timestamp", 1e-6) == 12.5
+    assert message_stamp(msg, 99.0, "receive", "timestamp", 1e-6) == 99.0
+    assert message_stamp(msg, 99.0, "field", "timestamp", 1e-6) == pytest.approx(7.25)
+    assert stamp_paths("header", "timestamp") == [("stamp_source", "header.stamp")]
+    assert stamp_paths("field", "timestamp") == [("stamp_field", "timestamp")]
+    assert stamp_paths("receive", "timestamp") == []
+    assert set(STAMP_SOURCES) == {"header", "receive", "field"}

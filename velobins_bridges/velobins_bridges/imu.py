@@ -36,7 +36,7 @@ from velobins_common.constants import DEG_TO_RAD, MICROSECONDS_TO_S, STANDARD_GR
 from velobins_common.fields import param
 from velobins_common.health import WARN, Status
 
-from .messages import Drop, check_paths, header_stamp, parse_path, parse_type_name, resolve
+from .messages import STAMP_SOURCES, Drop, check_paths, message_stamp, parse_path, parse_type_name, resolve, stamp_paths
 
 ACC_UNITS = {"m/s^2": 1.0, "g": STANDARD_GRAVITY}
 """Accelerometer units and their factor to m/s² (g: standard gravity, what IMU drivers scale by)."""
@@ -44,7 +44,6 @@ GYRO_UNITS = {"rad/s": 1.0, "deg/s": DEG_TO_RAD}
 """Gyro units and their factor to rad/s."""
 AXES = ("flu", "frd")
 """Axes of the input: flu (x forward, y left, z up; REP-103) or frd (x forward, y right, z down)."""
-STAMP_SOURCES = ("header", "receive", "field")
 
 
 @dataclass(frozen=True)
@@ -151,20 +150,12 @@ class ImuConverter:
         cfg = self.config
         paths = [("acc_field", cfg.acc_field), ("gyro_field", cfg.gyro_field)]
         paths += [(n, getattr(cfg, n)) for n in ("acc_dt_field", "gyro_dt_field", "invalid_field") if getattr(cfg, n)]
-        if cfg.stamp_source == "field":
-            paths.append(("stamp_field", cfg.stamp_field))
-        if cfg.stamp_source == "header":
-            paths.append(("stamp_source", "header.stamp"))
-        check_paths(example, cfg.input_type, paths)
+        check_paths(example, cfg.input_type, paths + stamp_paths(cfg.stamp_source, cfg.stamp_field))
 
     def stamp(self, msg: Any, receive_time: float) -> float:
         """The output stamp [s] of ``msg`` by ``stamp_source``."""
         cfg = self.config
-        if cfg.stamp_source == "receive":
-            return receive_time
-        if cfg.stamp_source == "field":
-            return float(resolve(msg, cfg.stamp_field)) * cfg.stamp_field_scale
-        return header_stamp(msg)
+        return message_stamp(msg, receive_time, cfg.stamp_source, cfg.stamp_field, cfg.stamp_field_scale)
 
     def _rate(self, msg: Any, field: str, index: Sequence[int], dt_field: str, scale: float) -> list[float] | Drop:
         values = _vector(resolve(msg, field), index)

@@ -131,3 +131,26 @@ def header_stamp(msg: Any) -> float:
     """``msg.header.stamp`` in seconds."""
     stamp = msg.header.stamp
     return stamp.sec + stamp.nanosec * 1e-9
+
+
+STAMP_SOURCES = ("header", "receive", "field")
+"""Where an input bridge takes its output stamp: ``header.stamp``, the node clock on arrival, or a numeric
+field of the message (``stamp_field`` × ``stamp_field_scale``; px4's microsecond ``timestamp``)."""
+
+
+def stamp_paths(source: str, field: str) -> list[tuple[str, str]]:
+    """The (parameter, path) pairs a stamp taken from ``source`` needs on the input type (:func:`check_paths`)."""
+    if source == "field":
+        return [("stamp_field", field)]
+    if source == "header":
+        return [("stamp_source", "header.stamp")]
+    return []
+
+
+def message_stamp(msg: Any, receive_time: float, source: str, field: str, scale: float) -> float:
+    """The output stamp [s] of ``msg`` by ``source`` (:data:`STAMP_SOURCES`)."""
+    if source == "receive":
+        return receive_time
+    if source == "field":
+        return float(resolve(msg, field)) * scale
+    return header_stamp(msg)

@@ -35,13 +35,12 @@ from typing import Any, NamedTuple
 
 from velobins_common.fields import param
 
-from .messages import Drop, check_paths, header_stamp, parse_path, parse_type_name, resolve
+from .messages import STAMP_SOURCES, Drop, check_paths, message_stamp, parse_path, parse_type_name, resolve, stamp_paths
 
 KINDS = ("rad_per_sec", "rpm", "normalized")
 """Output kinds, in the order of RotorSpeeds' KIND_* constants (0, 1, 2)."""
 SIGN_MODES = ("abs", "keep", "drop_negative")
 NAN_MODES = ("drop", "zero")
-STAMP_SOURCES = ("header", "receive", "field")
 
 
 @dataclass(frozen=True)
@@ -148,20 +147,12 @@ class RotorConverter:
             paths.append(("names_field", cfg.names_field))
         if cfg.count_field:
             paths.append(("count_field", cfg.count_field))
-        if cfg.stamp_source == "field":
-            paths.append(("stamp_field", cfg.stamp_field))
-        if cfg.stamp_source == "header":
-            paths.append(("stamp_source", "header.stamp"))
-        check_paths(example, cfg.input_type, paths)
+        check_paths(example, cfg.input_type, paths + stamp_paths(cfg.stamp_source, cfg.stamp_field))
 
     def stamp(self, msg: Any, receive_time: float) -> float:
         """The output stamp [s] of ``msg`` by ``stamp_source``."""
         cfg = self.config
-        if cfg.stamp_source == "receive":
-            return receive_time
-        if cfg.stamp_source == "field":
-            return float(resolve(msg, cfg.stamp_field)) * cfg.stamp_field_scale
-        return header_stamp(msg)
+        return message_stamp(msg, receive_time, cfg.stamp_source, cfg.stamp_field, cfg.stamp_field_scale)
 
     def raw_values(self, msg: Any) -> list[float] | Drop:
         """The selected raw values, one per output rotor in output order, before NaN/sign/scale."""
