@@ -18,8 +18,12 @@ import pytest
 # The dataset fixture writers (velobins_data/test/fixtures_datasets.py) serve the tests of velobins_data
 # and of velobins_eval, whose commands read the same files.
 SHARED_FIXTURES = Path(__file__).resolve().parent / "velobins_data" / "test"
-if str(SHARED_FIXTURES) not in sys.path:
-    sys.path.insert(0, str(SHARED_FIXTURES))
+# The live-graph probe (velobins_eval/test/graph_fixtures.py: ProbeNode) serves velobins_eval's graph tests and the
+# launch tests' vehicle (velobins_bringup/test/vehicle_probe.py).
+GRAPH_FIXTURES = Path(__file__).resolve().parent / "velobins_eval" / "test"
+for _folder in (SHARED_FIXTURES, GRAPH_FIXTURES):
+    if str(_folder) not in sys.path:
+        sys.path.insert(0, str(_folder))
 
 
 def _ros_available() -> str | None:

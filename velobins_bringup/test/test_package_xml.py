@@ -180,7 +180,8 @@ def required(package: str, tests: bool) -> dict[str, set[str]]:
             continue
         # Helpers beside the file (test fixtures, a launch file's siblings) are local modules.
         local = {p.stem for p in path.parent.glob("*.py")} | {p.name for p in path.parent.glob("*/__init__.py")}
-        local |= {"fixtures_datasets"}  # the shared dataset fixtures (root conftest.py puts them on sys.path)
+        # The shared dataset fixtures and the live-graph probe (root conftest.py puts both on sys.path).
+        local |= {"fixtures_datasets", "graph_fixtures"}
         for name in imported_names(path):
             if name in sys.stdlib_module_names or name in own or name in local or name == "__future__":
                 continue

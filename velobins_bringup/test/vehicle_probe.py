@@ -8,14 +8,11 @@ live test share one way of joining a graph.
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "velobins_eval" / "test"))
-from graph_fixtures import ProbeNode  # velobins_eval's test helpers: a folder, not a package
+from graph_fixtures import ProbeNode  # velobins_eval's test helper: the root conftest.py puts it on sys.path
 
 
 class Vehicle(ProbeNode):
