@@ -173,7 +173,9 @@ class NisMonitor:
     ``window`` NIS values is χ²(window · dof). The test is one-sided: a filter that trusts a wrong
     state (an IMU in the wrong unit or frame, a model outside its domain) has innovations far larger
     than their covariance says, so the sum grows; a conservative measurement covariance (NIS below
-    dof, as a bin distribution's variance often is) is not a fault and only shows in the values.
+    dof, as a bin distribution's variance often is) is not a fault and only shows in the values. A
+    network error that drifts slowly is not seen at all: the filter follows it and its innovations stay
+    small (docs/ros_interface.md).
 
     * :attr:`raised` becomes True when a full window's sum exceeds the χ²(window · dof) quantile of
       probability ``1 − alarm_probability``: a false alarm per window at most that likely for white
