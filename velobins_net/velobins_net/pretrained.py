@@ -106,8 +106,8 @@ def slim_checkpoint(source: str | Path, target: str | Path, **extra: object) -> 
 
     ckpt = read_checkpoint(source)
     kept = {k: v for k, v in ckpt.items() if k not in TRAINING_ONLY_KEYS and k != "format_version"}
-    weights = {k: kept.pop(k) for k in ("model_state",) if k in kept}
-    return save_checkpoint(target, strip_machine_paths(kept) | weights | extra)
+    payload = {k: v if k == "model_state" else strip_machine_paths(v) for k, v in kept.items()}  # weights as they are
+    return save_checkpoint(target, payload | extra)
 
 
 def _names(models_dir: Path) -> str:
