@@ -63,10 +63,11 @@ class Vehicle(ProbeNode):
         imu, rot = self.Imu(), self.RotorSpeeds()
         imu.header.frame_id = self.imu_frame
         rot.kind = self.kind
-        start, n = time.monotonic(), 0
+        start, wall, n = time.monotonic(), time.time_ns(), 0
         while not self._stop.is_set():
             k = n % len(f.t)
-            sec, nsec = divmod(time.time_ns(), 1_000_000_000)
+            # stamped when due, as a driver stamps a sample: a stall delays the burst, never squeezes its stamps
+            sec, nsec = divmod(wall + round(n * period * 1e9), 1_000_000_000)
             for msg in (imu, rot):
                 msg.header.stamp.sec, msg.header.stamp.nanosec = sec, nsec
             a, w = imu.linear_acceleration, imu.angular_velocity

@@ -2,8 +2,14 @@
 
 The installed EKF node runs as its own process with ``config/velobins.yaml`` (``init_mode: align``).
 This process plays a simulated flight in real time: its IMU at 100 Hz and, as a network would, its
-ground-truth body velocity with N(0, 0.05²) noise and that covariance at 20 Hz, both stamped with wall
-time plus an offset; and records ``/diagnostics`` and the odometry. Phases, in order:
+ground-truth body velocity with N(0, 0.05²) noise and that covariance at 20 Hz; and records
+``/diagnostics`` and the odometry. A message is stamped with the wall time it is due (plus an offset),
+as a driver stamps a sample when it is taken: a stall of this process on a loaded machine
+delays messages and sends them in a burst, but never squeezes the flight's samples into fewer seconds of
+stamps. Stamped on sending instead, one 0.2 s stall of the publishing thread in the set_pose phase gave
+the failure seen under load: the burst after it carried 0.2 s of flight in a few milliseconds of stamps,
+the filter's velocity fell behind the flight's and the node rightly raised its NIS test (mean 4.50 >
+4.07). Phases, in order:
 
 1. **nominal**: the filter aligns itself and tracks: OK.
 2. **forward jump**: the stamps jump 10 s ahead (a clock reset; no time passed). WARN naming the jump
@@ -87,7 +93,7 @@ class Probe(gf.ProbeNode):
         self.vel_stamps: list[float] = []
         self.sent: deque[tuple[int, float]] = deque(maxlen=200)  # (flight sample, stamp) of the last IMU
         self.k = 0  # flight sample
-        self.offset = 0.0  # stamp = wall clock + offset
+        self.offset = 0.0  # stamp = the wall time a message is due + offset
         self.rng = np.random.default_rng(0)
         super().__init__(domain_id, "fault_probe", depth=1000)
 
@@ -116,11 +122,11 @@ class Probe(gf.ProbeNode):
     def play(self, seconds: float, imu: str = "flu", velocity: bool = True) -> None:
         """Publish the flight in real time for ``seconds`` (``imu``: 'flu', 'g' units, 'frd' frame)."""
         f, imu_msg, vel = self.flight, self.imu, self.vel
-        start, n = time.monotonic(), 0
+        start, wall, n = time.monotonic(), time.time(), 0
         every = round(RATE / VEL_RATE)
         while time.monotonic() - start < seconds:
             k = self.k % len(f.t)
-            stamp = time.time() + self.offset
+            stamp = wall + n / RATE + self.offset  # when it is due, not when this thread got to it
             acc, gyro = f.acc[k].copy(), f.gyro[k].copy()
             if imu == "g":
                 acc = acc / STANDARD_GRAVITY

@@ -134,11 +134,11 @@ class Feeder:
         imu.header.frame_id = "base_link"
         rot.kind = self.kind
         vel.covariance = (np.eye(3) * 0.01).reshape(-1).tolist()
-        start = time.monotonic()
+        start, wall = time.monotonic(), time.time()
         n = 0
         while time.monotonic() - start < seconds:
             k = self.i % len(f.t)
-            t = time.time()
+            t = wall + n / self.rate  # when it is due: a stall delays the burst, never squeezes its stamps
             a, w = imu.linear_acceleration, imu.angular_velocity
             a.x, a.y, a.z = (float(x) for x in f.acc[k])
             w.x, w.y, w.z = (float(x) for x in f.gyro[k])
