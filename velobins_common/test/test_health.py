@@ -69,6 +69,28 @@ def test_nis_test_quiet_when_consistent_or_conservative_raised_when_overconfiden
     assert "NIS alarms" in mon.values() and mon.values()["NIS mean"] == "1.000"
 
 
+def test_nis_test_names_a_marked_hold_while_the_updates_after_it_are_in_the_window() -> None:
+    """After a hold the filter's kept attitude and velocity are off by what the gap hid: the alarm that
+    follows names the gap, not the IMU and the network, until the window has moved past it."""
+    mon = NisMonitor(window=10)
+    for _ in range(10):
+        mon.add(3.0)
+    mon.mark("IMU gap of 1.500 s")
+    assert mon.marked() is None  # nothing after it yet
+    for _ in range(10):
+        mon.add(60.0)
+    assert mon.raised and mon.marked() == "IMU gap of 1.500 s"
+    assert "after the IMU gap of 1.500 s (filter held)" in mon.message() and "network disagree" not in mon.message()
+    mon.add(60.0)  # the first update after the gap has left the window: the cause is open again
+    assert mon.raised and mon.marked() is None and "the IMU and the network disagree" in mon.message()
+    mon.mark("IMU gap of 0.400 s")
+    mon.add(60.0)
+    mon.reset()  # a restart forgets the window and the mark
+    for _ in range(10):
+        mon.add(60.0)
+    assert mon.raised and mon.marked() is None
+
+
 def test_sample_loss_and_latency() -> None:
     loss = SampleLoss(window=2.0)
     stamps = np.arange(0.0, 3.0, 0.001)

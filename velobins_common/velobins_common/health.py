@@ -182,6 +182,10 @@ class NisMonitor:
       innovations (a network's are correlated, which is why the probability is small);
     * it clears only once the sum has fallen back below the median of that distribution (a mean NIS
       of about ``dof``): hysteresis, so a filter at the edge does not flap.
+
+    A discontinuity the filter could not model (a hold over an IMU gap keeps the attitude and velocity
+    of before it, off by what the gap hid) is passed to :meth:`mark`: while the updates just after it are in
+    the window, :meth:`message` names it as the cause rather than the IMU and the network.
     """
 
     def __init__(self, window: int = 40, dof: int = 3, alarm_probability: float = 1e-3, coverage: float = 0.95):
@@ -197,6 +201,17 @@ class NisMonitor:
         self.raised = False
         self.raises = 0
         self.total = 0
+        self._mark: tuple[str, int] | None = None  # (what, total at the mark)
+
+    def mark(self, what: str) -> None:
+        """``what`` (e.g. "IMU gap of 1.5 s") happened before the next update: see the class docstring."""
+        self._mark = (what, self.total)
+
+    def marked(self) -> str | None:
+        """The last :meth:`mark` while the first update after it is still in the window, else None."""
+        if self._mark is None or not 1 <= self.total - self._mark[1] <= len(self._values):
+            return None
+        return self._mark[0]
 
     def add(self, nis: float) -> None:
         """One update's NIS (non-finite values are ignored); updates :attr:`raised`."""
@@ -222,6 +237,7 @@ class NisMonitor:
         self._values.clear()
         self._sum = 0.0
         self.raised = False
+        self._mark = None
 
     def __len__(self) -> int:
         return len(self._values)
@@ -237,12 +253,18 @@ class NisMonitor:
         return self._sum / len(self._values) if self._values else None
 
     def message(self) -> str:
-        """What a raised test says."""
+        """What a raised test says: the window's mean against the alarm, and the likely cause."""
+        marked = self.marked()
+        cause = (
+            "the IMU and the network disagree (IMU unit or frame, a model outside its training domain)"
+            if marked is None
+            else f"after the {marked} (filter held): the attitude and velocity it kept are off by what the gap "
+            "hid, until the updates correct them"
+        )
         return (
             f"filter inconsistent: mean NIS {self.mean():.2f} over the last {len(self)} updates > "
             f"{self.raise_sum / self.window:.2f} (χ²{self.window * self.dof} at {1 - self.alarm_probability:.1%}, "
-            f"consistent ≈ {self.dof}): the IMU and the network disagree (IMU unit or frame, a model outside "
-            "its training domain)"
+            f"consistent ≈ {self.dof}): {cause}"
         )
 
     def values(self) -> dict[str, str]:
