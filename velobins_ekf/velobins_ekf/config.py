@@ -87,6 +87,15 @@ class EkfConfig:
     gap dropped; counted as imu_gaps. Typical 0.1–0.3: 0.25 is 25 lost samples at 100 Hz, longer than a
     busy publisher's stall (a loaded machine's graph tests saw 0.11 s), short enough that one mean sample
     still describes the interval."""
+    gap_accel_sigma: float = param(1.0, min=0.0, max=100.0, live=True)
+    """Acceleration σ [m/s²] per axis that a hold assumes over an IMU gap: the velocity σ grows by it ×
+    the gap (velobins_ekf.integrity.gap_inflation), so the first update after the gap is weighed by
+    what the vehicle could do meanwhile. NanoBench's Crazyflie flights change velocity by 0.45–0.67
+    m/s² per axis RMS over 0.3 s (benchmarks/bench_gap_hold.py); raise it for an agile vehicle."""
+    gap_rate_sigma: float = param(0.3, min=0.0, max=10.0, live=True)
+    """Angular rate σ [rad/s] per world axis that a hold assumes over an IMU gap: the attitude σ grows by
+    it × the gap, up to 0.5 rad (velobins_ekf.integrity.MAX_HELD_ROT_SIGMA). NanoBench's flights turn
+    0.29 rad/s RMS over 0.3 s; raise it for an agile vehicle."""
     imu_check_window: float = param(1.0, min=0.05, max=60.0, live=True)
     """Seconds of IMU whose mean specific force is checked for plausibility (unit, frame) while the filter
     runs; the alignment window is checked before a self-initialisation. Typical 1."""
@@ -111,7 +120,7 @@ class EkfConfig:
                 continue
             if not math.isfinite(float(value)):
                 raise ValueError(f"EkfConfig.{f.name}: must be finite, got {value!r}")
-            nonneg = {"acc_random_walk", "gyro_random_walk"}
+            nonneg = {"acc_random_walk", "gyro_random_walk", "gap_accel_sigma", "gap_rate_sigma"}
             if f.name == "init_yaw":
                 continue
             if f.name in nonneg and value < 0:

@@ -40,8 +40,9 @@ run of the filter (a restart or a set pose starts another), with ``N = 30`` a bo
   velocity update can add to it, ``a ≤ 30 m/s²`` (the simulated flight's specific force stays near g);
 * updates: each fused velocity moves the position by ``|c K y| ≤ √(c P Hᵀ S⁻¹ H P cᵀ) √NIS ≤ σ_p √N``
   (Cauchy–Schwarz; ``P Hᵀ S⁻¹ H P ⪯ P``). A hold's inflation is block-diagonal and H has no position
-  column, so the pre-hold position σ still bounds it: ``σ_p = σ_p(m0) + (σ_v(m0) + init_sigma_vel) τ``
-  (m0's σ grown over the propagation). At most ``n`` updates: the velocity stamps in ``(t0, t1]`` + 1.
+  column, so the pre-hold position σ still bounds it: ``σ_p = σ_p(m0) + (σ_v(m0) + σ_hold) τ`` (m0's σ
+  grown over the propagation; ``σ_hold = init_sigma_vel + gap_accel_sigma Δt`` bounds what a hold over
+  the interval adds to the velocity σ). At most ``n`` updates: the velocity stamps in ``(t0, t1]`` + 1.
 
 Bound: ``(|v| + σ_v √N) τ + 15 τ² + n σ_p √N`` (before the fix, a 10 s forward jump moved it 66 m).
 
@@ -81,8 +82,9 @@ GAP = 1.5
 """Length of the IMU gap [s]."""
 EKF = "/velobins_ekf: EKF"
 NIS_MAX, ACC_MAX, TAU_MAX = 30.0, 30.0, 0.25
-INIT_SIGMA_VEL = 0.1
-"""filter.init_sigma_vel (velobins.yaml) [m/s]: what a hold adds to the velocity σ."""
+INIT_SIGMA_VEL, GAP_ACCEL_SIGMA = 0.1, 1.0
+"""filter.init_sigma_vel [m/s] and filter.gap_accel_sigma [m/s²] (velobins.yaml): a hold over Δt adds at most
+``init_sigma_vel + gap_accel_sigma Δt`` to the velocity σ."""
 
 
 class Probe(gf.ProbeNode):
@@ -304,7 +306,8 @@ def test_faults_are_named_and_odometry_never_jumps(ros_domain: int, flight: Any,
         t0, t1 = gf.stamp_seconds(m0), gf.stamp_seconds(m1)
         tau = min(t1 - t0, TAU_MAX)
         sigma_v = math.sqrt(max(m0.twist.covariance[i * 7] for i in range(3)))
-        sigma_p = math.sqrt(max(m0.pose.covariance[i * 7] for i in range(3))) + (sigma_v + INIT_SIGMA_VEL) * tau
+        sigma_hold = INIT_SIGMA_VEL + GAP_ACCEL_SIGMA * (t1 - t0)
+        sigma_p = math.sqrt(max(m0.pose.covariance[i * 7] for i in range(3))) + (sigma_v + sigma_hold) * tau
         speed = max(np.linalg.norm(_twist(m)) for m in (m0, m1)) + sigma_v * math.sqrt(NIS_MAX)
         n = bisect.bisect_right(stamps, t1) - bisect.bisect_right(stamps, t0) + 1
         bound = speed * tau + 0.5 * ACC_MAX * tau * tau + n * sigma_p * math.sqrt(NIS_MAX)
