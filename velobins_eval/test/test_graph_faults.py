@@ -6,7 +6,8 @@ ground-truth body velocity with N(0, 0.05²) noise and that covariance at 20 Hz;
 ``/diagnostics`` and the odometry. A message is stamped with the wall time it is due (plus an offset),
 as a driver stamps a sample when it is taken: a stall of this process on a loaded machine
 delays messages and sends them in a burst, but never squeezes the flight's samples into fewer seconds of
-stamps. Stamped on sending instead, one 0.2 s stall of the publishing thread in the set_pose phase gave
+stamps; the flight also goes on between two calls (a phase's set-up), so stamps and samples agree
+across phases too. Stamped on sending instead, one 0.2 s stall of the publishing thread in the set_pose phase gave
 the failure seen under load: the burst after it carried 0.2 s of flight in a few milliseconds of stamps,
 the filter's velocity fell behind the flight's and the node rightly raised its NIS test (mean 4.50 >
 4.07). Phases, in order:
@@ -97,6 +98,7 @@ class Probe(gf.ProbeNode):
         self.vel_stamps: list[float] = []
         self.sent: deque[tuple[int, float]] = deque(maxlen=200)  # (flight sample, stamp) of the last IMU
         self.k = 0  # flight sample
+        self.due: float | None = None  # wall time the next sample is due (None before the first)
         self.offset = 0.0  # stamp = the wall time a message is due + offset
         self.rng = np.random.default_rng(0)
         super().__init__(domain_id, "fault_probe", depth=1000)
@@ -127,6 +129,8 @@ class Probe(gf.ProbeNode):
         """Publish the flight in real time for ``seconds`` (``imu``: 'flu', 'g' units, 'frd' frame)."""
         f, imu_msg, vel = self.flight, self.imu, self.vel
         start, wall, n = time.monotonic(), time.time(), 0
+        if self.due is not None and wall > self.due:  # the flight went on since the last call: catch it up
+            self.k += round((wall - self.due) * RATE)
         every = round(RATE / VEL_RATE)
         while time.monotonic() - start < seconds:
             k = self.k % len(f.t)
@@ -152,11 +156,11 @@ class Probe(gf.ProbeNode):
             self.k += 1
             n += 1
             time.sleep(max(0.0, start + n / RATE - time.monotonic()))
+        self.due = wall + n / RATE
 
     def pause(self, seconds: float) -> None:
-        """Nothing published for ``seconds`` while the flight goes on (time passes)."""
+        """Nothing published for ``seconds`` while the flight goes on (the next :meth:`play` catches it up)."""
         time.sleep(seconds)
-        self.k += round(seconds * RATE)
 
     def set_pose(self, age: float) -> None:
         """Publish the true pose of the IMU sample sent ``age`` seconds ago, with that sample's stamp."""
