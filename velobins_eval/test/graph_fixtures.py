@@ -12,6 +12,7 @@
   :func:`velobins_eval.graph.run_graph` runs, recording the header stamp, the wall arrival time
   and whether every number in the message was finite.
 * :func:`set_stamp` and :func:`stamp_seconds` write and read a message's ``header.stamp``.
+* :class:`RealTime` paces a test's simulated sensor: which flight sample to publish, stamped when it is due.
 * :func:`drop_totals` parses the ``dropped in total: {...}`` line every node logs when it stops.
 
 rclpy is imported lazily: importing this module needs no ROS install.
@@ -25,7 +26,7 @@ import re
 import shutil
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
@@ -164,6 +165,39 @@ def stamp_seconds(msg: Any) -> float:
     from velobins_ros import stamp_to_sec
 
     return stamp_to_sec(msg.header.stamp)
+
+
+class RealTime:
+    """A simulated sensor played in real time at ``rate`` Hz by a test's publisher, over calls of :meth:`play`.
+
+    Each sample is stamped with the wall time it is due, as a driver stamps a sample when it takes it: a
+    stall of the publishing thread (a loaded machine) delays samples and sends them in a burst, but never
+    squeezes the flight into fewer seconds of stamps. The flight also goes on between two calls (a
+    phase's set-up, a pause), so stamps and samples agree across calls too. Stamped on sending instead,
+    one 0.2 s stall made test_graph_faults' filter fall behind the flight and fail its NIS test.
+    """
+
+    def __init__(self, rate: float) -> None:
+        self.rate = rate
+        self.k = 0
+        """Flight sample of the next message (not wrapped to the flight's length)."""
+        self._due: float | None = None  # wall time the next sample is due (None before the first call)
+
+    def play(self, seconds: float) -> Iterator[tuple[int, float]]:
+        """(flight sample, stamp [s]) of each sample due in the next ``seconds`` of wall time, each yielded
+        once it is due; the flight first catches up with the wall time since the last call."""
+        start, wall = time.monotonic(), time.time()
+        if self._due is not None and wall > self._due:
+            self.k += round((wall - self._due) * self.rate)
+        n = 0
+        try:
+            while time.monotonic() - start < seconds:
+                yield self.k, wall + n / self.rate
+                self.k += 1
+                n += 1
+                time.sleep(max(0.0, start + n / self.rate - time.monotonic()))
+        finally:
+            self._due = wall + n / self.rate
 
 
 @dataclass

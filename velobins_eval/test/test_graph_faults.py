@@ -3,14 +3,11 @@
 The installed EKF node runs as its own process with ``config/velobins.yaml`` (``init_mode: align``).
 This process plays a simulated flight in real time: its IMU at 100 Hz and, as a network would, its
 ground-truth body velocity with N(0, 0.05²) noise and that covariance at 20 Hz; and records
-``/diagnostics`` and the odometry. A message is stamped with the wall time it is due (plus an offset),
-as a driver stamps a sample when it is taken: a stall of this process on a loaded machine
-delays messages and sends them in a burst, but never squeezes the flight's samples into fewer seconds of
-stamps; the flight also goes on between two calls (a phase's set-up), so stamps and samples agree
-across phases too. Stamped on sending instead, one 0.2 s stall of the publishing thread in the set_pose phase gave
-the failure seen under load: the burst after it carried 0.2 s of flight in a few milliseconds of stamps,
-the filter's velocity fell behind the flight's and the node rightly raised its NIS test (mean 4.50 >
-4.07). Phases, in order:
+``/diagnostics`` and the odometry. A message is stamped with the wall time it is due (plus an offset:
+:class:`graph_fixtures.RealTime`). Stamped on sending instead, one 0.2 s stall of the publishing thread
+in the set_pose phase gave the failure seen under load: the burst after it carried 0.2 s of flight in a
+few milliseconds of stamps, the filter's velocity fell behind the flight's and the node rightly raised
+its NIS test (mean 4.50 > 4.07). Phases, in order:
 
 1. **nominal**: the filter aligns itself and tracks: OK.
 2. **forward jump**: the stamps jump 10 s ahead (a clock reset; no time passed). WARN naming the jump
@@ -65,6 +62,7 @@ import numpy as np
 import pytest
 
 from velobins_common.constants import STANDARD_GRAVITY
+from velobins_ekf.config import EkfConfig
 from velobins_eval.graph import config_files
 from velobins_ros import executable
 
@@ -83,9 +81,9 @@ GAP = 1.5
 """Length of the IMU gap [s]."""
 EKF = "/velobins_ekf: EKF"
 NIS_MAX, ACC_MAX, TAU_MAX = 30.0, 30.0, 0.25
-INIT_SIGMA_VEL, GAP_ACCEL_SIGMA = 0.1, 1.0
-"""filter.init_sigma_vel [m/s] and filter.gap_accel_sigma [m/s²] (velobins.yaml): a hold over Δt adds at most
-``init_sigma_vel + gap_accel_sigma Δt`` to the velocity σ."""
+INIT_SIGMA_VEL, GAP_ACCEL_SIGMA = EkfConfig().init_sigma_vel, EkfConfig().gap_accel_sigma
+"""filter.init_sigma_vel [m/s] and filter.gap_accel_sigma [m/s²] (velobins.yaml is generated from these
+defaults): a hold over Δt adds at most ``init_sigma_vel + gap_accel_sigma Δt`` to the velocity σ."""
 
 
 class Probe(gf.ProbeNode):
@@ -97,8 +95,7 @@ class Probe(gf.ProbeNode):
         self.marks: list[tuple[str, float]] = []  # (what, wall): restarts and set poses split the odometry
         self.vel_stamps: list[float] = []
         self.sent: deque[tuple[int, float]] = deque(maxlen=200)  # (flight sample, stamp) of the last IMU
-        self.k = 0  # flight sample
-        self.due: float | None = None  # wall time the next sample is due (None before the first)
+        self.clock = gf.RealTime(RATE)
         self.offset = 0.0  # stamp = the wall time a message is due + offset
         self.rng = np.random.default_rng(0)
         super().__init__(domain_id, "fault_probe", depth=1000)
@@ -128,13 +125,9 @@ class Probe(gf.ProbeNode):
     def play(self, seconds: float, imu: str = "flu", velocity: bool = True) -> None:
         """Publish the flight in real time for ``seconds`` (``imu``: 'flu', 'g' units, 'frd' frame)."""
         f, imu_msg, vel = self.flight, self.imu, self.vel
-        start, wall, n = time.monotonic(), time.time(), 0
-        if self.due is not None and wall > self.due:  # the flight went on since the last call: catch it up
-            self.k += round((wall - self.due) * RATE)
         every = round(RATE / VEL_RATE)
-        while time.monotonic() - start < seconds:
-            k = self.k % len(f.t)
-            stamp = wall + n / RATE + self.offset  # when it is due, not when this thread got to it
+        for i, due in self.clock.play(seconds):
+            k, stamp = i % len(f.t), due + self.offset
             acc, gyro = f.acc[k].copy(), f.gyro[k].copy()
             if imu == "g":
                 acc = acc / STANDARD_GRAVITY
@@ -146,17 +139,13 @@ class Probe(gf.ProbeNode):
             w.x, w.y, w.z = (float(x) for x in gyro)
             self.imu_pub.publish(imu_msg)
             self.sent.append((k, stamp))
-            if velocity and self.k % every == 0:
+            if velocity and i % every == 0:
                 rot = _rot(f.q[k])
                 z = rot.T @ f.v[k] + self.rng.normal(0.0, NOISE, 3)
                 gf.set_stamp(vel, stamp)
                 self.vel_stamps.append(gf.stamp_seconds(vel))
                 vel.velocity.x, vel.velocity.y, vel.velocity.z = (float(x) for x in z)
                 self.vel_pub.publish(vel)
-            self.k += 1
-            n += 1
-            time.sleep(max(0.0, start + n / RATE - time.monotonic()))
-        self.due = wall + n / RATE
 
     def pause(self, seconds: float) -> None:
         """Nothing published for ``seconds`` while the flight goes on (the next :meth:`play` catches it up)."""

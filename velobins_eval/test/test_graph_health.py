@@ -120,14 +120,13 @@ class Probe(gf.ProbeNode):
 
 class Feeder:
     """Publishes a looped flight's IMU (and rotor, per phase) in real time, stamped with the wall time each
-    sample is due; the flight goes on between phases (test_graph_faults says why)."""
+    sample is due; the flight goes on between phases (:class:`graph_fixtures.RealTime`)."""
 
     def __init__(self, probe: Probe, flight: Any) -> None:
         self.probe, self.flight = probe, flight
         self.rate = 1.0 / float(np.median(np.diff(flight.t)))
         self.kind = rotor_kind_code(flight.rotor_kind)
-        self.i = 0
-        self.due: float | None = None  # wall time the next sample is due (None before the first)
+        self.clock = gf.RealTime(self.rate)
 
     def run(self, seconds: float, rotor: bool = True, rotor_lag: float = 0.0, velocity: bool = False) -> None:
         """Publish for ``seconds`` of wall time; rotor stamps ``rotor_lag`` behind the IMU's."""
@@ -136,13 +135,8 @@ class Feeder:
         imu.header.frame_id = "base_link"
         rot.kind = self.kind
         vel.covariance = (np.eye(3) * 0.01).reshape(-1).tolist()
-        start, wall = time.monotonic(), time.time()
-        if self.due is not None and wall > self.due:  # the flight went on between two phases: catch it up
-            self.i += round((wall - self.due) * self.rate)
-        n = 0
-        while time.monotonic() - start < seconds:
-            k = self.i % len(f.t)
-            t = wall + n / self.rate  # when it is due: a stall delays the burst, never squeezes its stamps
+        for i, t in self.clock.play(seconds):
+            k = i % len(f.t)
             a, w = imu.linear_acceleration, imu.angular_velocity
             a.x, a.y, a.z = (float(x) for x in f.acc[k])
             w.x, w.y, w.z = (float(x) for x in f.gyro[k])
@@ -152,13 +146,9 @@ class Feeder:
                 rot.speeds = [float(x) for x in f.rotor[k]]
                 gf.set_stamp(rot, t - rotor_lag)
                 p.rotor_pub.publish(rot)
-            if velocity and self.i % max(1, round(self.rate / 20.0)) == 0:
+            if velocity and i % max(1, round(self.rate / 20.0)) == 0:
                 gf.set_stamp(vel, t)
                 p.vel_pub.publish(vel)
-            self.i += 1
-            n += 1
-            time.sleep(max(0.0, start + n / self.rate - time.monotonic()))
-        self.due = wall + n / self.rate
 
 
 def last_in(diags: list[gf.Diag], start: float, end: float) -> gf.Diag:
