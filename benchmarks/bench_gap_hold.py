@@ -100,9 +100,13 @@ def main(argv: list[str] | None = None) -> int:
     from velobins_ekf.config import EkfConfig
 
     if args.data:
-        from velobins_data.datasets import load_directory
+        from velobins_data.datasets import DatasetError, load_directory
 
-        flights = load_directory(args.kind, args.data)
+        try:
+            flights = load_directory(args.kind, args.data)
+        except (DatasetError, KeyError, ValueError) as exc:  # a wrong folder, file or kind: one line, exit 2
+            print(f"bench_gap_hold: --data {args.data}: {exc}", file=sys.stderr)
+            return 2
         print(f"## {len(flights)} flights of {args.data}: what a gap of T seconds hides\n")
         print("| T [s] | Δv/T RMS per axis [m/s²] | rotation/T RMS [rad/s] |\n|---|---|---|")
         for span, acc, rate in data_rates(flights, (0.3, 1.0)):
