@@ -24,6 +24,12 @@ def test_workers_give_the_in_process_objective_and_blocks():
         assert pooled.pool.executor is not None
         assert pooled(point) == local(point)
         np.testing.assert_array_equal(pooled.blocks(point, 2.0), local.blocks(point, 2.0))
+        # the by-flight sandwich groups blocks by these counts: one run of blocks per flight, every term kept
+        counts = local.block_counts(2.0)
+        assert len(counts) == 3 and sum(counts) == len(local.blocks(point, 2.0))
+        per_flight = np.split(local.blocks(point, 2.0), np.cumsum(counts)[:-1])
+        terms = local.terms(point)
+        np.testing.assert_allclose([b.sum() for b in per_flight], [t.sum() for _, t in terms], rtol=1e-12)
     finally:
         pooled.close()
         local.close()

@@ -58,3 +58,33 @@ def test_steps_stay_inside_the_limits():
 
     curvature(blocks, np.array([0.95]), ("variance_scale",), [(-1.0, 1.0)])
     assert max(x[0] for x in seen) <= 1.0
+
+
+def test_the_by_flight_sandwich_sums_each_flights_blocks_first():
+    """Two flights of two blocks and one of one: J over flights uses the per-flight sums of the block gradients,
+    times G/(G−1). Blocks of one flight whose tilts agree (a flight-wide error) widen it; the 10 s sandwich,
+    which treats them as independent, does not see that."""
+    a = np.array([[30.0, 5.0], [5.0, 10.0]])
+    tilt = np.array([[1.0, 0.5], [1.0, 0.5], [-1.0, 0.2], [-1.0, 0.2], [0.0, -1.4]])  # per block; they sum to 0
+
+    def blocks(x: np.ndarray) -> np.ndarray:
+        return np.array([0.1 * x @ a @ x for _ in range(5)]) + tilt @ x
+
+    cur = curvature(blocks, np.zeros(2), ("acc_noise_density", "gyro_noise_density"), [(-6.0, 6.0)] * 2,
+                    block_counts=[2, 2, 1])  # fmt: skip
+    inv = np.linalg.inv(a)  # the sum over 5 blocks of 0.1·xᵀAx has Hessian A
+    per_flight = np.array([tilt[0] + tilt[1], tilt[2] + tilt[3], tilt[4]])
+    expected = np.sqrt(np.diag(inv @ (per_flight.T @ per_flight * 3 / 2) @ inv))
+    np.testing.assert_allclose(cur.flight_std, expected, rtol=1e-6)
+    assert cur.flights == 3 and np.all(cur.flight_std > cur.robust_std)
+    assert "(by flight)" in cur.lines({"acc_noise_density": 1.0, "gyro_noise_density": 1.0})[1]
+
+
+def test_no_by_flight_sandwich_from_fewer_than_three_flights_and_counts_must_match():
+    a = np.array([[40.0, 10.0], [10.0, 20.0]])
+    blocks, _ = quadratic_blocks(a, np.zeros(2), np.array([0.5, 0.5]))
+    names, limits = ("acc_noise_density", "gyro_noise_density"), [(-6.0, 6.0)] * 2
+    cur = curvature(blocks, np.zeros(2), names, limits, block_counts=[1, 1])
+    assert cur.flight_std is None and "by flight" not in " ".join(cur.lines(dict.fromkeys(names, 1.0)))
+    with pytest.raises(ValueError, match="block_counts"):
+        curvature(blocks, np.zeros(2), names, limits, block_counts=[1, 2])

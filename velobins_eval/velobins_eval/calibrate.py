@@ -238,7 +238,10 @@ def run_stage(
     try:
         fit = fit_noise(objective, start, names, args.grid_points, args.max_evals, True, log, initial=initial)
         limits = [log_limits(n) for n in fit.names]
-        curv = curvature(lambda x: objective.blocks(point_at(start, fit.names, x), BLOCK_S), fit.x, fit.names, limits)
+        curv = curvature(
+            lambda x: objective.blocks(point_at(start, fit.names, x), BLOCK_S), fit.x, fit.names, limits,
+            block_counts=objective.block_counts(BLOCK_S),
+        )  # fmt: skip
     finally:
         objective.close()
     return Stage(label, fit, curv)

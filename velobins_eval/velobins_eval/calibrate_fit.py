@@ -222,10 +222,14 @@ class Objective:
     def blocks(self, point: Point, block_s: float) -> np.ndarray:
         """NLL summed per ``block_s`` seconds of each flight (all blocks of all flights, in order)."""
         out = []
-        for cf, (stamps, terms) in zip(self.flights, self.terms(point), strict=True):
-            index = ((stamps - cf.flight.t[0]) // block_s).astype(int)
-            out.append(np.bincount(index, weights=terms, minlength=int(cf.flight.duration // block_s) + 1))
+        for cf, (stamps, terms), count in zip(self.flights, self.terms(point), self.block_counts(block_s), strict=True):
+            index = np.clip(((stamps - cf.flight.t[0]) // block_s).astype(int), 0, count - 1)  # ends: edge blocks
+            out.append(np.bincount(index, weights=terms, minlength=count))
         return np.concatenate(out)
+
+    def block_counts(self, block_s: float) -> list[int]:
+        """How many of :meth:`blocks`' blocks each flight has (in flight order)."""
+        return [int(cf.flight.duration // block_s) + 1 for cf in self.flights]
 
 
 def consistency(flights: Sequence[CalibrationFlight], config, scale: float = 1.0) -> dict[str, float]:

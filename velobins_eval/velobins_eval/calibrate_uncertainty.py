@@ -10,7 +10,16 @@ decades):
   differences, from the same evaluations): valid for an M-estimator under a misspecified model and
   for errors correlated within a block (the network's estimates are: consecutive updates share
   most of their window), as long as blocks are roughly independent. Blocks are
-  ``block_s`` seconds of a flight (:meth:`velobins_eval.calibrate_fit.Objective.blocks`).
+  ``block_s`` seconds of a flight (:meth:`velobins_eval.calibrate_fit.Objective.blocks`);
+* the **by-flight** sandwich: the same with J summed over whole flights (the blocks of one flight added
+  first), scaled by G/(G−1) for G flights (the usual small-sample factor of a cluster-robust covariance).
+  Blocks of one flight share what is constant over it (a turn-on bias, a style of flying, a network's
+  error on that flight), so the 10 s blocks are not independent, and the robust std then describes
+  another set of 10 s blocks of *these* flights. The by-flight std describes another set of flights like
+  these. It is still no bound for flights of another kind (faster, more agile): two sets of six
+  simulated flights of one vehicle, one faster than the other, gave acc densities a factor 1.9 apart,
+  where the by-flight factors were 1.15 and 1.19 (docs/calibrate.md §5). With few flights it is itself
+  uncertain; it is reported from three flights up.
 
 The printed std is of log₁₀ of each value, shown also as a factor 10^std ("× / ÷"): a large factor
 is a flat objective along that field. A curvature that is not positive definite means the fit is
@@ -31,6 +40,8 @@ BLOCK_S = 10.0
 """Length of the independent blocks of the robust covariance [s] (10× the network's 1 s window)."""
 FLAT_FACTOR = 3.0
 """A 1σ factor above this (half a decade) marks a field the flights barely identify."""
+MIN_FLIGHTS = 3
+"""Fewest flights for the by-flight sandwich (with two, J has rank one and G/(G−1) doubles it)."""
 
 
 @dataclass
@@ -46,18 +57,28 @@ class Curvature:
     """(n,) std of log₁₀ from the sandwich H⁻¹JH⁻¹ over blocks (inf where H is not positive definite)."""
     blocks: int
     evaluations: int
+    flight_std: np.ndarray | None = None
+    """(n,) std of log₁₀ from the by-flight sandwich (None without at least ``MIN_FLIGHTS`` flights)."""
+    flights: int = 0
 
     def lines(self, values: dict[str, float]) -> list[str]:
         """One line per field: the value, its 1σ factors and whether the objective is flat along it."""
-        out = [
+        by_flight = self.flight_std is not None
+        head = (
             f"uncertainty of the fit (1σ, from the objective's curvature in log10 space, step {STEP_DECADES:g} "
-            f"decade; robust = sandwich over {self.blocks} blocks of {BLOCK_S:g} s):"
-        ]
+            f"decade; robust = sandwich over {self.blocks} blocks of {BLOCK_S:g} s"
+        )
+        if by_flight:
+            head += f"; by flight = sandwich over the {self.flights} flights, what another set of flights may give"
+        out = [head + "):"]
         for i, n in enumerate(self.names):
-            flat = max(self.std[i], self.robust_std[i]) > math.log10(FLAT_FACTOR)
+            stds = [self.std[i], self.robust_std[i]] + ([self.flight_std[i]] if by_flight else [])
+            flat = max(stds) > math.log10(FLAT_FACTOR)
             out.append(
                 f"  {n} {values[n]:.4g}: ×/÷ {factor(self.std[i])} (curvature), ×/÷ {factor(self.robust_std[i])} "
-                f"(robust)" + ("  <- flat: the flights barely identify it" if flat else "")
+                f"(robust)"
+                + (f", ×/÷ {factor(self.flight_std[i])} (by flight)" if by_flight else "")
+                + ("  <- flat: the flights barely identify it" if flat else "")
             )
         return out
 
@@ -73,11 +94,14 @@ def curvature(
     names: Sequence[str],
     limits: Sequence[tuple[float, float]],
     step: float = STEP_DECADES,
+    block_counts: Sequence[int] | None = None,
 ) -> Curvature:
-    """Finite-difference curvature of Σ ``blocks_at(x)`` at ``x`` (log₁₀), and both standard errors.
+    """Finite-difference curvature of Σ ``blocks_at(x)`` at ``x`` (log₁₀), and its standard errors.
 
     ``blocks_at(x)`` returns the NLL per block (a fixed number of blocks). The step per field is
     ``step``, shortened to stay inside its ``limits`` (log₁₀); 1 + 2n + 2n(n−1) evaluations.
+    ``block_counts``, the number of consecutive blocks of each flight, adds the by-flight sandwich
+    (from the same evaluations) when there are at least ``MIN_FLIGHTS`` flights.
     """
     n = len(x)
     h = np.array([max(min(step, 0.9 * (x[i] - limits[i][0]), 0.9 * (limits[i][1] - x[i])), 1e-4) for i in range(n)])
@@ -106,9 +130,18 @@ def curvature(
             mp, mm = at(unit((i, -1), (j, 1))).sum(), at(unit((i, -1), (j, -1))).sum()
             hess[i, j] = hess[j, i] = (pp - pm - mp + mm) / (4.0 * h[i] * h[j])
     g = np.stack(grads, axis=1)  # (blocks, n)
+    flights = len(block_counts) if block_counts is not None else 0
+    if flights and sum(block_counts) != g.shape[0]:
+        raise ValueError(f"curvature: block_counts sum to {sum(block_counts)}, blocks_at gave {g.shape[0]} blocks")
+    by_flight = flights >= MIN_FLIGHTS
     std = robust = np.full(n, math.inf)
+    flight_std = np.full(n, math.inf) if by_flight else None
     if np.all(np.isfinite(hess)) and np.all(np.linalg.eigvalsh(hess) > 0):
         inv = np.linalg.inv(hess)
         std = np.sqrt(np.diag(inv))
         robust = np.sqrt(np.maximum(np.diag(inv @ (g.T @ g) @ inv), 0.0))
-    return Curvature(tuple(names), hess, std, robust, g.shape[0], len(cache))
+        if by_flight:
+            gf = np.add.reduceat(g, np.cumsum([0, *block_counts[:-1]]), axis=0)  # (flights, n): per-flight sums
+            j = gf.T @ gf * flights / (flights - 1)
+            flight_std = np.sqrt(np.maximum(np.diag(inv @ j @ inv), 0.0))
+    return Curvature(tuple(names), hess, std, robust, g.shape[0], len(cache), flight_std, flights)
