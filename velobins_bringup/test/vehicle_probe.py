@@ -1,18 +1,21 @@
 """The autopilot side of the launch tests: a simulated flight's IMU and rotor speeds in, odometry out.
 
-:class:`Vehicle` publishes in real time (stamped with the wall clock, looped) into a launch run by
-:mod:`launch_harness` and records the odometry that comes back. It is a :class:`graph_fixtures.ProbeNode`
+:class:`Vehicle` publishes in real time (looped; each sample stamped with the wall time it is due:
+:class:`graph_fixtures.RealTime`) into a launch run by :mod:`launch_harness` and records the odometry
+that comes back. It is a :class:`graph_fixtures.ProbeNode`
 (velobins_eval's live-graph probe: own rclpy context, node spun on a daemon thread), so the two kinds of
 live test share one way of joining a graph.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from typing import Any
 
-from graph_fixtures import ProbeNode  # velobins_eval's test helper: the root conftest.py puts it on sys.path
+# velobins_eval's test helpers: the root conftest.py puts them on sys.path
+from graph_fixtures import ProbeNode, RealTime, set_stamp
 
 
 class Vehicle(ProbeNode):
@@ -63,21 +66,17 @@ class Vehicle(ProbeNode):
         imu, rot = self.Imu(), self.RotorSpeeds()
         imu.header.frame_id = self.imu_frame
         rot.kind = self.kind
-        start, wall, n = time.monotonic(), time.time_ns(), 0
-        while not self._stop.is_set():
+        # stamped when due, as a driver stamps a sample: a stall delays the burst, never squeezes its stamps
+        for n, due in RealTime(1.0 / period).play(math.inf, stop=self._stop):
             k = n % len(f.t)
-            # stamped when due, as a driver stamps a sample: a stall delays the burst, never squeezes its stamps
-            sec, nsec = divmod(wall + round(n * period * 1e9), 1_000_000_000)
             for msg in (imu, rot):
-                msg.header.stamp.sec, msg.header.stamp.nanosec = sec, nsec
+                set_stamp(msg, due)
             a, w = imu.linear_acceleration, imu.angular_velocity
             a.x, a.y, a.z = (float(x) for x in f.acc[k])
             w.x, w.y, w.z = (float(x) for x in f.gyro[k])
             rot.speeds = [float(x) for x in f.rotor[k]]
             self.imu_pub.publish(imu)
             self.rotor_pub.publish(rot)
-            n += 1
-            self._stop.wait(max(0.0, start + n * period - time.monotonic()))
 
     def wait_for_odometry(self, timeout: float) -> float:
         """Monotonic arrival time of the first odometry message (AssertionError after ``timeout`` s)."""

@@ -183,19 +183,24 @@ class RealTime:
         """Flight sample of the next message (not wrapped to the flight's length)."""
         self._due: float | None = None  # wall time the next sample is due (None before the first call)
 
-    def play(self, seconds: float) -> Iterator[tuple[int, float]]:
+    def play(self, seconds: float, stop: threading.Event | None = None) -> Iterator[tuple[int, float]]:
         """(flight sample, stamp [s]) of each sample due in the next ``seconds`` of wall time, each yielded
-        once it is due; the flight first catches up with the wall time since the last call."""
+        once it is due; the flight first catches up with the wall time since the last call. ``stop``, when
+        given, ends the play early and interrupts the wait for the next sample (a publisher thread's stop)."""
         start, wall = time.monotonic(), time.time()
         if self._due is not None and wall > self._due:
             self.k += round((wall - self._due) * self.rate)
         n = 0
         try:
-            while time.monotonic() - start < seconds:
+            while time.monotonic() - start < seconds and not (stop is not None and stop.is_set()):
                 yield self.k, wall + n / self.rate
                 self.k += 1
                 n += 1
-                time.sleep(max(0.0, start + n / self.rate - time.monotonic()))
+                wait = max(0.0, start + n / self.rate - time.monotonic())
+                if stop is None:
+                    time.sleep(wait)
+                else:
+                    stop.wait(wait)
         finally:
             self._due = wall + n / self.rate
 
