@@ -87,11 +87,14 @@ def post_gap_nis(flight, gap: float, start: float, accel_sigma: float, rate_sigm
 
 
 def main(argv: list[str] | None = None) -> int:
+    from velobins_data.sim.presets import PRESETS
+    from velobins_data.sim.trajectories import FAMILIES
+
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data", help="a folder of flights for part 1 (NanoBench train: the defaults' figures)")
     p.add_argument("--kind", default="nanobench", help="dataset kind of --data")
-    p.add_argument("--presets", nargs="+", default=["nano", "racer"])
-    p.add_argument("--family", default="figure8", help="simulated trajectory family")
+    p.add_argument("--presets", nargs="+", default=["nano", "racer"], choices=sorted(PRESETS))
+    p.add_argument("--family", default="figure8", choices=FAMILIES, help="simulated trajectory family")
     p.add_argument("--gaps", type=float, nargs="+", default=[0.3, 0.5, 1.0, 1.5, 3.0])
     p.add_argument("--seconds", type=float, default=40.0)
     args = p.parse_args(argv)
