@@ -27,7 +27,8 @@ def body_truth_and_estimates(run: Path) -> tuple[np.ndarray, np.ndarray, np.ndar
         estimate.append(u[["net_vx", "net_vy", "net_vz"]].to_numpy())
         sigma.append(np.sqrt(u[["net_var_x", "net_var_y", "net_var_z"]].to_numpy()))
     if not truth:
-        raise SystemExit(f"axis_gap: no eval/estimates/*/*/updates.csv under {run}")
+        print(f"axis_gap: no eval/estimates/*/*/updates.csv under {run}", file=sys.stderr)
+        sys.exit(2)
     return np.vstack(truth), np.vstack(estimate), np.vstack(sigma)
 
 
