@@ -41,7 +41,6 @@ from .calibrate_fit import (
     FITTABLE,
     SCALE,
     CalibrationFlight,
-    FitResult,
     Objective,
     Point,
     consistency,
@@ -51,13 +50,15 @@ from .calibrate_fit import (
     synthetic_measurements,
     variance_scale,
 )
-from .calibrate_uncertainty import BLOCK_S, Curvature, curvature
+from .calibrate_uncertainty import BLOCK_S, curvature
 
 MODES = ("heldout", "cross-fit", "synthetic")
 """Where the velocity measurements come from (module docstring)."""
-IMU_NOISE_SOURCES = ("synthetic", "network")
+IMU_NOISE_SOURCES = ("synthetic", "network", "allan")
 """``--imu-noise``: fit the IMU noise fields to ground truth + white noise of a known σ (the filter's model is then
-exact, so they are the IMU's own noise), or jointly with s to the network's estimates (docs/calibrate.md)."""
+exact, so they are the IMU's own noise), jointly with s to the network's estimates, or take them from the Allan
+variance of the IMU's error against ground truth that is exact at the IMU rate (simulated flights, static logs;
+:mod:`velobins_eval.calibrate_allan`). docs/calibrate.md."""
 
 
 def mode_of(args: argparse.Namespace) -> str:
@@ -222,11 +223,17 @@ def measurements(args: argparse.Namespace, inputs: Inputs, log: Callable[[str], 
 
 @dataclass
 class Stage:
-    """One fit of a calibration: what it fitted, to which measurements, and how well they pin it down."""
+    """One step of a calibration: what it fitted, where that leaves the filter, and how well the data pin it down."""
 
     label: str
-    fit: FitResult
-    curvature: Curvature
+    point: Point
+    """The filter and s after this stage."""
+    values: dict[str, float]
+    """The fitted values by name."""
+    passes: int
+    """Filter passes over all flights (fit and curvature)."""
+    lines: list[str]
+    """The widenings of its search and its uncertainty lines."""
 
 
 def run_stage(
@@ -244,7 +251,22 @@ def run_stage(
         )  # fmt: skip
     finally:
         objective.close()
-    return Stage(label, fit, curv)
+    values = fit.values
+    return Stage(label, fit.point, values, fit.evaluations + curv.evaluations, fit.widened + curv.lines(values))
+
+
+def allan_stage(flights: list[Flight], start: Point, names, log) -> Stage:
+    """The IMU fields of ``names`` from the Allan variance of the IMU's error against ground truth
+    (:func:`velobins_eval.calibrate_allan.allan_noise`): no filter pass; an unidentified random walk is kept."""
+    from .calibrate_allan import allan_noise
+
+    label = "IMU noise by Allan variance against ground truth"
+    log(f"{label}: {', '.join(names)}")
+    sensors = allan_noise(flights)
+    values = {n: v for s in sensors.values() for n, v in s.values(names).items()}
+    values = {n: values[n] for n in names if n in values}
+    point = dataclasses.replace(start, config=dataclasses.replace(start.config, **values))
+    return Stage(label, point, values, 0, [line for s in sensors.values() for line in s.lines(names)])
 
 
 def run_fit(args: argparse.Namespace, inputs: Inputs, flights: list, log: Callable[[str], None] = print):
@@ -253,31 +275,37 @@ def run_fit(args: argparse.Namespace, inputs: Inputs, flights: list, log: Callab
     the same flights first, then s alone to the network's estimates; ``--imu-noise network`` fits all of ``--fit``
     to the network's estimates at once. s starts where it fits the network's own errors best (mean e²/σ̂²)."""
     if inputs.mode == "synthetic":
-        stage = run_stage("filter noise on ground truth + known noise", flights, inputs.start, args.fit, args, log)
-        return stage.fit.point, [stage]
+        if args.imu_noise == "allan":
+            stage = allan_stage(inputs.flights, inputs.start, args.fit, log)
+        else:
+            stage = run_stage("filter noise on ground truth + known noise", flights, inputs.start, args.fit, args, log)
+        return stage.point, [stage]
     initial = dataclasses.replace(inputs.start, scale=own_scale(flights)) if SCALE in args.fit else None
     if initial is not None:
         log(f"s starts at {initial.scale:.4g} (mean e²/σ̂² of the network's estimates)")
     if args.imu_noise == "network":
         stage = run_stage("joint fit on the network's estimates", flights, inputs.start, args.fit, args, log, initial)
-        return stage.fit.point, [stage]
+        return stage.point, [stage]
     stages = []
     point = inputs.start
     imu = [n for n in args.fit if n != SCALE]
-    if imu:
+    if imu and args.imu_noise == "allan":
+        stages.append(allan_stage(inputs.flights, point, imu, log))
+        point = stages[-1].point
+    elif imu:
         label = f"IMU noise on ground truth + N(0, {args.meas_sigma:g}²)"
         stages.append(run_stage(label, synthetic(args, inputs.flights), point, imu, args, log))
-        point = stages[-1].fit.point
+        point = stages[-1].point
     if initial is not None:
         initial = dataclasses.replace(point, scale=initial.scale)
         stages.append(run_stage("network variance scale on its estimates", flights, point, [SCALE], args, log, initial))
-        point = stages[-1].fit.point
+        point = stages[-1].point
     return point, stages
 
 
 def fitted_values(stages: list[Stage]) -> dict[str, float]:
     """Every fitted field, in the order of the stages."""
-    return {n: v for st in stages for n, v in st.fit.values.items()}
+    return {n: v for st in stages for n, v in st.values.items()}
 
 
 def kept_values(start: Point, default: Point, fitted: dict[str, float]) -> dict[str, float]:
@@ -292,11 +320,8 @@ def stage_lines(stages: list[Stage]) -> list[str]:
     """Per stage: what it fitted, the widenings of its search and its uncertainty lines."""
     out = []
     for st in stages:
-        out.append(
-            f"{st.label}: {st.fit.evaluations} filter passes; "
-            + ", ".join(f"{n} {v:.4g}" for n, v in st.fit.values.items())
-        )
-        out += st.fit.widened + st.curvature.lines(st.fit.values)
+        out.append(f"{st.label}: {st.passes} filter passes; " + ", ".join(f"{n} {v:.4g}" for n, v in st.values.items()))
+        out += st.lines
     return out
 
 
@@ -376,7 +401,9 @@ def overlay_header(args: argparse.Namespace, inputs: Inputs, stages: list[Stage]
         f"({inputs.recipe.variant if inputs.recipe else ''}) trained {args.fold_minutes:g} min each on the other folds",
         "synthetic": f"ground-truth body velocity + N(0, {args.meas_sigma:g}²) at 20 Hz, seed {args.seed}",
     }[inputs.mode]
-    scale = " with the network variance scale" if any(SCALE in st.fit.names for st in stages) else ""
+    if args.imu_noise == "allan":
+        source += "; the IMU noise from the IMU's error against ground truth (Allan variance)"
+    scale = " with the network variance scale" if any(SCALE in st.values for st in stages) else ""
     return [
         f"EKF noise overlay{scale} for the vehicle of {inputs.path} (written by velobins calibrate).",
         "Load after velobins.yaml: drone.launch.py params_file:=<this file>; velobins evaluate --params <this file>.",

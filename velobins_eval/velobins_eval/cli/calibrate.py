@@ -30,6 +30,7 @@ from velobins_eval.calibrate import (
     spread,
     stage_lines,
 )
+from velobins_eval.calibrate_allan import ALLAN_FIELDS
 from velobins_eval.calibrate_fit import (
     DEFAULT_FIT,
     FITTABLE,
@@ -87,13 +88,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--imu-noise",
         choices=IMU_NOISE_SOURCES,
         default="synthetic",
-        help="with a network: fit the IMU noise to ground truth + N(0, --meas-sigma²) first, then s to the network's "
-        "estimates (synthetic), or everything to the network's estimates at once (network)",
+        help="fit the IMU noise to ground truth + N(0, --meas-sigma²) (synthetic; with a network s follows on its "
+        "estimates), everything to the network's estimates at once (network), or take the IMU noise and random walks "
+        "from the Allan variance of the IMU against ground truth exact at the IMU rate: simulated flights, static "
+        "logs (allan)",
     )
     fit.add_argument(
         "--fit",
-        help=f"comma-separated fields to fit, of {', '.join(FITTABLE)} (default: the two densities, plus "
-        f"{SCALE} when the measurements come from a network)",
+        help=f"comma-separated fields to fit, of {', '.join(FITTABLE)} (default: the two densities, with --imu-noise "
+        f"allan also the two random walks, plus {SCALE} when the measurements come from a network)",
     )
     fit.add_argument("--grid-points", type=int, default=4, help="coarse grid values per density (1: no grid)")
     fit.add_argument("--max-evals", type=int, default=60, help="filter passes per refinement, at most")
@@ -135,8 +138,12 @@ def check_args(args: argparse.Namespace) -> None:
     ):
         if value < 1:
             raise OptionError(flag, f"must be >= 1, got {value}")
-    default = (*DEFAULT_FIT, SCALE) if mode != "synthetic" else DEFAULT_FIT
+    imu_default = ALLAN_FIELDS if args.imu_noise == "allan" else DEFAULT_FIT
+    default = (*imu_default, SCALE) if mode != "synthetic" else imu_default
     args.fit = check_fit_names(args.fit.split(",")) if args.fit is not None else default
+    outside = [n for n in args.fit if n not in (*ALLAN_FIELDS, SCALE)]
+    if args.imu_noise == "allan" and outside:
+        raise OptionError("--fit", f"{', '.join(outside)}: the Allan fit gives {', '.join(ALLAN_FIELDS)} only")
     if mode == "synthetic" and SCALE in args.fit:
         raise OptionError("--fit", f"{SCALE} needs network estimates (--heldout / --cross-fit)")
 
@@ -220,7 +227,7 @@ def _calibrate(args: argparse.Namespace, argv: list[str], target) -> int:
         raise CalibrationRefused(f"{exc}; {args.out} was not written") from None
     table = fitted_table(flights, inputs.start, fitted, args.objective, args.workers, start_label(args))
     net = network_lines(flights, inputs.start.scale, fitted) if inputs.mode != "synthetic" else []
-    passes = sum(st.fit.evaluations + st.curvature.evaluations for st in stages)
+    passes = sum(st.passes for st in stages)
     wall, cpu = time.perf_counter() - wall0, cpu_seconds() - cpu0
     timing = f"calibrate took {wall:.0f} s ({cpu:.0f} s CPU, workers included; {passes} filter passes in the fits)"
     report = [*table, *stage_lines(stages), *net]

@@ -1,0 +1,230 @@
+"""The IMU's own noise by Allan variance of its error against ground truth (``velobins calibrate --imu-noise allan``).
+
+The filter's IMU model is the usual one: white noise of density N and a bias random walk of K per sensor
+(:class:`velobins_ekf.config.EkfConfig`). For a rate signal with exactly these two errors the overlapping Allan
+variance over clusters of length τ is (IEEE Std 952-1997, annex C)
+
+    σ²(τ) = N²/τ + K²·τ/3,
+
+so N shows on the short clusters (slope −½ of σ in log-log) and K on the long ones (slope +½). This module computes
+that curve for the IMU's *error*: the measured specific force and angular rate minus what the ground truth implies
+(:func:`imu_errors`), pooled over flights and axes, and fits the two terms to it (:func:`fit_white_and_walk`).
+It needs no filter pass, and it sees the white noise directly, which velocity measurements at 20 Hz do not
+(docs/calibrate.md, issue 28: ground truth + N(0, 0.05²) pinned the accelerometer density only through the bias
+drift it absorbed).
+
+It is exact only where the ground truth is exact at the IMU rate: simulated flights, or a static log (the vehicle
+at rest, the truth columns constant, where the truth implies a constant signal that the Allan variance ignores).
+Motion-capture truth is neither: its rate, latency and differentiation noise put a non-white error on the short
+clusters. :func:`allan_noise` checks the slope there and refuses (:class:`CalibrationRefused`) when it is not the
+white noise's −½; the synthetic stage is then the method.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import nnls
+from scipy.spatial.transform import Rotation
+
+from velobins_data.flight import Flight
+
+from .calibrate_fit import CalibrationRefused
+
+SENSORS = {"acc": ("acc_noise_density", "acc_random_walk"), "gyro": ("gyro_noise_density", "gyro_random_walk")}
+"""Per sensor: the filter fields of its white-noise density N and bias random walk K."""
+ALLAN_FIELDS = tuple(name for pair in SENSORS.values() for name in pair)
+"""The fields the Allan fit estimates (``--fit`` with ``--imu-noise allan`` takes these and ``variance_scale``)."""
+UNITS = {"acc": ("m/s²/√Hz", "m/s³/√Hz"), "gyro": ("rad/s/√Hz", "rad/s²/√Hz")}
+WHITE_SLOPE_TOLERANCE = 0.1
+"""Largest |slope + ½| of the Allan deviation over the shortest clusters (τ₀ to :data:`SLOPE_CLUSTERS`·τ₀) for the
+error to count as white there. Exact truth gives −0.50 on every simulated preset; velocity truth with 2 mm/s of white
+noise gives −0.64 at 100 Hz, and NanoBench's motion capture a rising deviation (slope > 0)."""
+SLOPE_CLUSTERS = 16
+MAX_MISFIT = 1.3
+"""Largest factor between the fitted two-term curve and the measured Allan deviation where at least
+:data:`MISFIT_CLUSTERS` independent clusters measure it: beyond it the error is not white noise plus a random walk
+(motion-capture noise, a vibration peak, a real IMU's bias-instability floor), and the fit is refused. Exact truth
+fits within ×/÷ 1.17 on two 15 s simulated flights and 1.11 on a 20-minute static log."""
+MISFIT_CLUSTERS = 30
+CLUSTER_POINTS = 30
+"""Cluster lengths on a log grid from τ₀ to :data:`LONGEST_FRACTION` of the shortest flight."""
+LONGEST_FRACTION = 0.25
+"""The longest cluster, as a fraction of the shortest flight: at least four clusters per flight."""
+MIN_SAMPLES = 64
+"""Fewest IMU samples per flight for a curve worth fitting."""
+STAMP_JITTER = 0.05
+"""Largest |Δt/median Δt − 1| of a flight: the clusters assume a uniform IMU rate."""
+
+
+@dataclass(frozen=True)
+class SensorNoise:
+    """The Allan fit of one sensor (accelerometer or gyroscope), pooled over flights and axes."""
+
+    sensor: str
+    taus: np.ndarray
+    """(M,) cluster lengths [s]."""
+    avar: np.ndarray
+    """(M, 3) Allan variance per axis."""
+    density: float
+    """N, fitted to the mean of the axes' curves."""
+    random_walk: float
+    """K, fitted to the same (0 when the curve shows none)."""
+    axis_density: np.ndarray
+    """(3,) N per axis (the spread says how well the axes agree)."""
+    slope: float
+    """Log-log slope of the axes' mean Allan deviation from τ₀ to :data:`SLOPE_CLUSTERS`·τ₀ (white noise: −½)."""
+    misfit: float
+    """Largest factor between the fitted and the measured Allan deviation over all τ."""
+
+    @property
+    def crossover(self) -> float:
+        """τ where the two terms are equal, √3·N/K [s] (∞ without a random walk)."""
+        return math.sqrt(3.0) * self.density / self.random_walk if self.random_walk > 0 else math.inf
+
+    @property
+    def walk_identified(self) -> bool:
+        """Whether the curve reaches the random walk's +½ slope: the crossover lies inside the longest cluster."""
+        return self.crossover <= float(self.taus[-1])
+
+    def values(self, names: Sequence[str]) -> dict[str, float]:
+        """The fitted filter fields among ``names``; an unidentified random walk is left out."""
+        density_name, walk_name = SENSORS[self.sensor]
+        out = {density_name: self.density} if density_name in names else {}
+        if walk_name in names and self.walk_identified:
+            out[walk_name] = self.random_walk
+        return out
+
+    def lines(self, names: Sequence[str]) -> list[str]:
+        """What the fit found, for the table and the overlay header."""
+        walk_name = SENSORS[self.sensor][1]
+        unit_n, unit_k = UNITS[self.sensor]
+        lo, hi = float(self.axis_density.min()), float(self.axis_density.max())
+        line = (
+            f"  {self.sensor}: N {self.density:.4g} {unit_n} (axes {lo:.4g}–{hi:.4g}), slope {self.slope:+.2f} at "
+            f"τ ≤ {SLOPE_CLUSTERS}τ₀, fit within ×/÷ {self.misfit:.2f} over τ {self.taus[0]:.3g}–{self.taus[-1]:.3g} s"
+        )
+        if walk_name not in names:
+            return [line]
+        if self.walk_identified:
+            walk = f"; K {self.random_walk:.4g} {unit_k} (crossover {self.crossover:.3g} s)"
+        else:
+            walk = (
+                f"; K not identified (crossover {self.crossover:.3g} s beyond the longest cluster "
+                f"{self.taus[-1]:.3g} s: longer flights or a static log show it), {walk_name} not fitted"
+            )
+        return [line + walk]
+
+
+def imu_errors(flight: Flight) -> tuple[np.ndarray, np.ndarray]:
+    """(acc, gyro) errors (T − 2, 3): the IMU minus what the ground truth implies, at the interior samples.
+
+    Specific force f = Rᵀ(dv/dt + g·e_z), dv/dt by central differences; body rate from the relative rotation
+    R_{k−1}ᵀR_{k+1} over 2Δt. Both are second-order accurate, and smooth: on exact truth their error adds nothing
+    white to the curve.
+    """
+    t = flight.t
+    rot = Rotation.from_quat(flight.q)
+    accel = np.gradient(flight.v, t, axis=0)
+    accel[:, 2] += flight.gravity
+    force = rot.inv().apply(accel)[1:-1]
+    rate = (rot[:-2].inv() * rot[2:]).as_rotvec() / (t[2:] - t[:-2])[:, None]
+    return flight.acc[1:-1] - force, flight.gyro[1:-1] - rate
+
+
+def allan_sums(y: np.ndarray, tau0: float, clusters: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Overlapping Allan variance terms of a rate signal ``y`` (T, 3) sampled every ``tau0``: per cluster size m,
+    the sum over k of (θ_{k+2m} − 2θ_{k+m} + θ_k)²/(2τ²), τ = m·τ₀, θ the integral of y, and the number of terms.
+    Sums and counts of several flights add: the pooled variance is their ratio."""
+    theta = np.concatenate([np.zeros((1, y.shape[1])), np.cumsum(y, axis=0) * tau0])
+    sums = np.zeros((clusters.size, y.shape[1]))
+    counts = np.zeros(clusters.size)
+    for i, m in enumerate(clusters):
+        n = theta.shape[0] - 2 * m
+        if n < 1:
+            continue
+        d = theta[2 * m :] - 2.0 * theta[m:-m] + theta[: -2 * m]
+        sums[i] = (d * d).sum(axis=0) / (2.0 * (m * tau0) ** 2)
+        counts[i] = n
+    return sums, counts
+
+
+def fit_white_and_walk(taus: np.ndarray, avar: np.ndarray, clusters: np.ndarray | None = None) -> tuple[float, float]:
+    """(N, K) ≥ 0 of σ²(τ) = N²/τ + K²τ/3 by non-negative least squares on the relative residual.
+
+    ``clusters`` (M,) weighs each τ by √(independent clusters): an Allan variance from n clusters has a relative
+    error of about √(2/n), so the short τ, averaged over many clusters, pin N down, and the few long ones are not
+    trusted beyond their count. Without it every τ counts alike.
+    """
+    weight = np.ones_like(taus) if clusters is None else np.sqrt(np.maximum(clusters, 1.0))
+    design = np.stack([1.0 / (taus * avar), taus / (3.0 * avar)], axis=1) * weight[:, None]
+    (n2, k2), _ = nnls(design, weight)
+    return math.sqrt(n2), math.sqrt(k2)
+
+
+def uniform_step(flight: Flight) -> float:
+    """The flight's IMU period τ₀ [s]; refused when the stamps are not uniform within :data:`STAMP_JITTER`."""
+    dt = np.diff(flight.t)
+    tau0 = float(np.median(dt))
+    jitter = float(np.max(np.abs(dt / tau0 - 1.0)))
+    if jitter > STAMP_JITTER:
+        raise CalibrationRefused(
+            f"{flight.source}: IMU stamps not uniform (a step {jitter:.0%} off the median {tau0:.4g} s); the Allan "
+            "variance needs a uniform rate (use --imu-noise synthetic)"
+        )
+    return tau0
+
+
+def allan_noise(flights: Sequence[Flight]) -> dict[str, SensorNoise]:
+    """The Allan fit of both sensors over ``flights`` (one vehicle, one IMU rate).
+
+    Raises:
+        CalibrationRefused: the flights are too short, their IMU rates differ or are not uniform, or the error is
+            not white over the shortest clusters (the ground truth is not exact at the IMU rate).
+    """
+    short = [f.name for f in flights if f.t.shape[0] < MIN_SAMPLES]
+    if short:
+        raise CalibrationRefused(f"flight(s) {', '.join(short)} hold fewer than {MIN_SAMPLES} IMU samples")
+    steps = [uniform_step(f) for f in flights]
+    tau0 = float(np.median(steps))
+    if max(abs(s / tau0 - 1.0) for s in steps) > STAMP_JITTER:
+        raise CalibrationRefused(
+            f"the flights' IMU rates differ ({1 / max(steps):.4g}–{1 / min(steps):.4g} Hz); fit one rate at a time"
+        )
+    shortest = min(f.t.shape[0] for f in flights) - 2
+    longest = max(SLOPE_CLUSTERS + 1, int(LONGEST_FRACTION * shortest))
+    clusters = np.unique(np.round(np.geomspace(1, longest, CLUSTER_POINTS)).astype(int))
+    clusters = np.union1d(clusters, [SLOPE_CLUSTERS])
+    taus = clusters * tau0
+    out = {}
+    errors = [imu_errors(f) for f in flights]
+    for k, sensor in enumerate(SENSORS):
+        sums, counts = np.zeros((clusters.size, 3)), np.zeros(clusters.size)
+        for pair in errors:
+            s, c = allan_sums(pair[k], tau0, clusters)
+            sums += s
+            counts += c
+        avar = sums / counts[:, None]
+        if not np.all(avar > 0):
+            raise CalibrationRefused(f"the {sensor} matches the ground truth exactly: a noise-free IMU, nothing to fit")
+        mean = avar.mean(axis=1)
+        independent = counts / clusters  # non-overlapping clusters over all flights
+        density, walk = fit_white_and_walk(taus, mean, 3.0 * independent)
+        axis_density = np.array([fit_white_and_walk(taus, avar[:, a], independent)[0] for a in range(3)])
+        j = int(np.searchsorted(clusters, SLOPE_CLUSTERS))
+        slope = 0.5 * math.log(mean[j] / mean[0]) / math.log(clusters[j] / clusters[0])
+        model = density**2 / taus + walk**2 * taus / 3.0
+        measured = 3.0 * independent >= MISFIT_CLUSTERS
+        misfit = float(np.exp(np.max(np.abs(0.5 * np.log(model[measured] / mean[measured])))))
+        out[sensor] = SensorNoise(sensor, taus, avar, density, walk, axis_density, slope, misfit)
+        if abs(slope + 0.5) > WHITE_SLOPE_TOLERANCE or misfit > MAX_MISFIT:
+            raise CalibrationRefused(
+                f"the {sensor} error against ground truth is not white noise plus a random walk (Allan deviation "
+                f"slope {slope:+.2f} over τ {taus[0]:.3g}–{taus[j]:.3g} s, white noise gives −0.50; two-term fit off "
+                f"by up to ×{misfit:.2f}): the ground truth is not exact at the IMU rate (motion capture?); use "
+                "--imu-noise synthetic, or a static IMU log"
+            )
+    return out
