@@ -22,6 +22,7 @@ white noise's −½; the synthetic stage is then the method.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -51,13 +52,14 @@ MAX_MISFIT = 1.3
 fits within ×/÷ 1.17 on two 15 s simulated flights and 1.11 on a 20-minute static log."""
 MISFIT_CLUSTERS = 30
 CLUSTER_POINTS = 30
-"""Cluster lengths on a log grid from τ₀ to :data:`LONGEST_FRACTION` of the shortest flight."""
+"""Cluster lengths on a log grid from τ₀ to :data:`LONGEST_FRACTION` of the longest uniform stretch of IMU."""
 LONGEST_FRACTION = 0.25
-"""The longest cluster, as a fraction of the shortest flight: at least four clusters per flight."""
+"""The longest cluster, as a fraction of the longest uniform stretch: at least four clusters there."""
 MIN_SAMPLES = 64
-"""Fewest IMU samples per flight for a curve worth fitting."""
+"""Fewest IMU samples of a uniform stretch worth using."""
 STAMP_JITTER = 0.05
-"""Largest |Δt/median Δt − 1| of a flight: the clusters assume a uniform IMU rate."""
+"""Largest |Δt/median Δt − 1| within a uniform stretch: a larger step (a dropped sample, a gap) ends it, since the
+clusters assume a uniform rate."""
 
 
 @dataclass(frozen=True)
@@ -119,20 +121,21 @@ class SensorNoise:
         return [line + walk]
 
 
-def imu_errors(flight: Flight) -> tuple[np.ndarray, np.ndarray]:
-    """(acc, gyro) errors (T − 2, 3): the IMU minus what the ground truth implies, at the interior samples.
+def imu_errors(flight: Flight, part: slice = slice(None)) -> tuple[np.ndarray, np.ndarray]:
+    """(acc, gyro) errors (T − 2, 3) over ``part`` of the flight: the IMU minus what the ground truth implies, at
+    its interior samples.
 
     Specific force f = Rᵀ(dv/dt + g·e_z), dv/dt by central differences; body rate from the relative rotation
     R_{k−1}ᵀR_{k+1} over 2Δt. Both are second-order accurate, and smooth: on exact truth their error adds nothing
     white to the curve.
     """
-    t = flight.t
-    rot = Rotation.from_quat(flight.q)
-    accel = np.gradient(flight.v, t, axis=0)
+    t = flight.t[part]
+    rot = Rotation.from_quat(flight.q[part])
+    accel = np.gradient(flight.v[part], t, axis=0)
     accel[:, 2] += flight.gravity
     force = rot.inv().apply(accel)[1:-1]
     rate = (rot[:-2].inv() * rot[2:]).as_rotvec() / (t[2:] - t[:-2])[:, None]
-    return flight.acc[1:-1] - force, flight.gyro[1:-1] - rate
+    return flight.acc[part][1:-1] - force, flight.gyro[part][1:-1] - rate
 
 
 def allan_sums(y: np.ndarray, tau0: float, clusters: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -165,42 +168,42 @@ def fit_white_and_walk(taus: np.ndarray, avar: np.ndarray, clusters: np.ndarray 
     return math.sqrt(n2), math.sqrt(k2)
 
 
-def uniform_step(flight: Flight) -> float:
-    """The flight's IMU period τ₀ [s]; refused when the stamps are not uniform within :data:`STAMP_JITTER`."""
+def uniform_stretches(flight: Flight) -> tuple[float, list[slice]]:
+    """The flight's IMU period τ₀ (median step) [s] and its stretches of uniform stamps (every step within
+    :data:`STAMP_JITTER` of τ₀) of at least :data:`MIN_SAMPLES` samples: a dropped sample or a gap splits the
+    flight instead of bending the clusters."""
     dt = np.diff(flight.t)
     tau0 = float(np.median(dt))
-    jitter = float(np.max(np.abs(dt / tau0 - 1.0)))
-    if jitter > STAMP_JITTER:
-        raise CalibrationRefused(
-            f"{flight.source}: IMU stamps not uniform (a step {jitter:.0%} off the median {tau0:.4g} s); the Allan "
-            "variance needs a uniform rate (use --imu-noise synthetic)"
-        )
-    return tau0
+    breaks = np.flatnonzero(np.abs(dt / tau0 - 1.0) > STAMP_JITTER) + 1
+    edges = [0, *breaks.tolist(), flight.t.shape[0]]
+    return tau0, [slice(a, b) for a, b in itertools.pairwise(edges) if b - a >= MIN_SAMPLES]
 
 
 def allan_noise(flights: Sequence[Flight]) -> dict[str, SensorNoise]:
-    """The Allan fit of both sensors over ``flights`` (one vehicle, one IMU rate).
+    """The Allan fit of both sensors over the uniform stretches of ``flights`` (one vehicle, one IMU rate).
 
     Raises:
-        CalibrationRefused: the flights are too short, their IMU rates differ or are not uniform, or the error is
-            not white over the shortest clusters (the ground truth is not exact at the IMU rate).
+        CalibrationRefused: no stretch of :data:`MIN_SAMPLES` uniform samples, IMU rates that differ between
+            flights, or an error that is not white noise plus a random walk (the ground truth is not exact at the
+            IMU rate).
     """
-    short = [f.name for f in flights if f.t.shape[0] < MIN_SAMPLES]
-    if short:
-        raise CalibrationRefused(f"flight(s) {', '.join(short)} hold fewer than {MIN_SAMPLES} IMU samples")
-    steps = [uniform_step(f) for f in flights]
+    found = [(f, *uniform_stretches(f)) for f in flights]
+    parts = [(f, part) for f, _, stretches in found for part in stretches]
+    if not parts:
+        raise CalibrationRefused(f"no flight holds {MIN_SAMPLES} IMU samples at a uniform rate")
+    steps = [tau0 for _, tau0, _ in found]
     tau0 = float(np.median(steps))
     if max(abs(s / tau0 - 1.0) for s in steps) > STAMP_JITTER:
         raise CalibrationRefused(
             f"the flights' IMU rates differ ({1 / max(steps):.4g}–{1 / min(steps):.4g} Hz); fit one rate at a time"
         )
-    shortest = min(f.t.shape[0] for f in flights) - 2
-    longest = max(SLOPE_CLUSTERS + 1, int(LONGEST_FRACTION * shortest))
+    longest_part = max(p.stop - p.start for _, p in parts) - 2
+    longest = max(SLOPE_CLUSTERS + 1, int(LONGEST_FRACTION * longest_part))
     clusters = np.unique(np.round(np.geomspace(1, longest, CLUSTER_POINTS)).astype(int))
     clusters = np.union1d(clusters, [SLOPE_CLUSTERS])
     taus = clusters * tau0
     out = {}
-    errors = [imu_errors(f) for f in flights]
+    errors = [imu_errors(f, part) for f, part in parts]
     for k, sensor in enumerate(SENSORS):
         sums, counts = np.zeros((clusters.size, 3)), np.zeros(clusters.size)
         for pair in errors:
