@@ -162,7 +162,7 @@ FAST = ["--grid-points", "1", "--max-evals", "4"]
 
 def test_cli_synthetic_end_to_end(data_dir, tmp_path, capsys):
     out = tmp_path / "sub" / "overlay.yaml"
-    argv = ["calibrate", "--dataset", "csv", "--data", str(data_dir), "--out", str(out)]
+    argv = ["calibrate", "--dataset", "csv", "--data", str(data_dir), "--imu-noise", "synthetic", "--out", str(out)]
     assert cli_main(argv + FAST) == 0
     cfg = load_filter_config([out])
     assert math.isfinite(cfg.acc_noise_density) and cfg.acc_noise_density > 0

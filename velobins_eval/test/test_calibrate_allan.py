@@ -171,3 +171,29 @@ def test_cli_allan_takes_only_the_fields_it_estimates(static_dir, tmp_path):
     with pytest.raises(OptionError, match="init_sigma_acc_bias: the Allan fit gives"):
         main_calibrate([*base, "--fit", "acc_noise_density,init_sigma_acc_bias"])
     assert not (tmp_path / "o.yaml").exists()
+
+
+def test_cli_auto_uses_allan_where_the_truth_allows_and_says_why_it_falls_back(flown, tmp_path, capsys):
+    """The default (``auto``) takes the Allan values on exact truth; on velocity truth with motion-capture noise it
+    says why not and fits the two densities to ground truth + known noise; ``allan`` there is refused (exit 2)."""
+    exact, noisy = tmp_path / "exact", tmp_path / "noisy"
+    exact.mkdir(), noisy.mkdir()
+    f = flown[0]
+    write_csv(f, exact / "f.csv")
+    v = f.v + np.random.default_rng(3).normal(0.0, 0.005, size=f.v.shape)
+    write_csv(Flight(f.name, f.t, f.acc, f.gyro, f.rotor, f.rotor_kind, f.p, f.q, v, f.metadata), noisy / "f.csv")
+    fast = ["--grid-points", "1", "--max-evals", "4"]
+
+    def run(data: Path, out: Path, *extra: str) -> int:
+        return cli_main(["calibrate", "--dataset", "csv", "--data", str(data), "--out", str(out), *fast, *extra])
+
+    assert run(exact, tmp_path / "a.yaml") == 0
+    assert "IMU noise by Allan variance against ground truth: 0 filter passes" in capsys.readouterr().out
+    assert run(noisy, tmp_path / "b.yaml") == 0
+    printed = capsys.readouterr().out
+    assert "the Allan variance is not usable on these flights" in printed and "not white" in printed
+    assert "IMU noise on ground truth + N(0, 0.05²): fitting acc_noise_density, gyro_noise_density" in printed
+    assert "random_walk" not in (tmp_path / "b.yaml").read_text().split("/**/velobins_ekf:")[1]
+    assert run(noisy, tmp_path / "c.yaml", "--imu-noise", "allan") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not white" in err[0] and not (tmp_path / "c.yaml").exists()

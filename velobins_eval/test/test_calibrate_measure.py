@@ -93,14 +93,20 @@ def test_heldout_mode_fits_filter_and_variance_scale(dirs, tiny_checkpoint, tmp_
     assert cli_main([*base, "--heldout", str(dirs["heldout"])]) == 0
     printed = capsys.readouterr().out
     assert "calibrating on 1 of 1 flight(s)" in printed and "heldout measurements" in printed
-    # default: two stages, the IMU noise on ground truth + known noise, then s alone on the network's estimates
-    assert "IMU noise on ground truth + N(0, 0.05²)" in printed and "network variance scale on its estimates" in printed
+    # default: two stages, the IMU noise by Allan variance (simulated flights: exact truth), then s alone on the
+    # network's estimates
+    assert "IMU noise by Allan variance" in printed and "network variance scale on its estimates" in printed
     assert "uncertainty of the fit" in printed and "variance_scale" in printed and "(robust)" in printed
     assert "network alone on these flights" in printed
     load_filter_config([out])
     scale = load_predictor_config([out]).variance_scale
     assert scale > 0 and scale != 1.0
     assert "/**/velobins_net:" in out.read_text() and "variance_scale:" in out.read_text()
+
+    synthetic = ["--imu-noise", "synthetic", "--overwrite"]
+    assert cli_main([*base, "--heldout", str(dirs["heldout"]), *synthetic]) == 0
+    printed = capsys.readouterr().out
+    assert "IMU noise on ground truth + N(0, 0.05²)" in printed and "network variance scale on its estimates" in printed
 
 
 def test_cross_fit_mode_trains_folds_reuses_them_and_refuses_a_foreign_folds_dir(

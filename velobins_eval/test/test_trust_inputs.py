@@ -312,6 +312,6 @@ def test_calibrate_out_dash_writes_the_overlay_alone_to_stdout(good, tmp_path) -
         pytest.skip("this short flight pinned the fit to a bound (refused, as it should be)")
     assert res.returncode == 0, res.stderr
     assert set(yaml.safe_load(res.stdout)) == {"/**/velobins_ekf"} and res.stdout.startswith("# EKF noise overlay")
-    assert "uncertainty of the fit" in res.stderr
+    assert "IMU noise by Allan variance" in res.stderr  # the default on a simulated flight (exact truth)
     assert "calibrating on 1 of 1 flight(s)" in res.stderr and "wrote -" in res.stderr
     assert list(tmp_path.iterdir()) == []  # no file named '-', nothing else written

@@ -38,9 +38,11 @@ from velobins_common.stats import gaussian_nll
 from velobins_data.flight import Flight
 
 from .calibrate_fit import (
+    DEFAULT_FIT,
     FITTABLE,
     SCALE,
     CalibrationFlight,
+    CalibrationRefused,
     Objective,
     Point,
     consistency,
@@ -54,11 +56,12 @@ from .calibrate_uncertainty import BLOCK_S, curvature
 
 MODES = ("heldout", "cross-fit", "synthetic")
 """Where the velocity measurements come from (module docstring)."""
-IMU_NOISE_SOURCES = ("synthetic", "network", "allan")
-"""``--imu-noise``: fit the IMU noise fields to ground truth + white noise of a known σ (the filter's model is then
-exact, so they are the IMU's own noise), jointly with s to the network's estimates, or take them from the Allan
-variance of the IMU's error against ground truth that is exact at the IMU rate (simulated flights, static logs;
-:mod:`velobins_eval.calibrate_allan`). docs/calibrate.md."""
+IMU_NOISE_SOURCES = ("auto", "allan", "synthetic", "network")
+"""``--imu-noise``: take the IMU noise fields from the Allan variance of the IMU's error against ground truth that is
+exact at the IMU rate (``allan``: simulated flights, static logs; :mod:`velobins_eval.calibrate_allan`), fit them to
+ground truth + white noise of a known σ (``synthetic``: the filter's model is then exact), or jointly with s to the
+network's estimates (``network``); ``auto`` is ``allan`` where the flights allow it, else ``synthetic``
+(:func:`imu_stage`). docs/calibrate.md."""
 
 
 def mode_of(args: argparse.Namespace) -> str:
@@ -255,12 +258,15 @@ def run_stage(
     return Stage(label, fit.point, values, fit.evaluations + curv.evaluations, fit.widened + curv.lines(values))
 
 
+ALLAN_LABEL = "IMU noise by Allan variance against ground truth"
+
+
 def allan_stage(flights: list[Flight], start: Point, names, log) -> Stage:
     """The IMU fields of ``names`` from the Allan variance of the IMU's error against ground truth
     (:func:`velobins_eval.calibrate_allan.allan_noise`): no filter pass; an unidentified random walk is kept."""
     from .calibrate_allan import allan_noise
 
-    label = "IMU noise by Allan variance against ground truth"
+    label = ALLAN_LABEL
     log(f"{label}: {', '.join(names)}")
     sensors = allan_noise(flights)
     values = {n: v for s in sensors.values() for n, v in s.values(names).items()}
@@ -269,16 +275,36 @@ def allan_stage(flights: list[Flight], start: Point, names, log) -> Stage:
     return Stage(label, point, values, 0, [line for s in sensors.values() for line in s.lines(names)])
 
 
+def imu_stage(
+    args: argparse.Namespace, inputs: Inputs, point: Point, names: list[str], synthetic_flights: list, log
+) -> Stage:
+    """The IMU fields ``names``. ``--imu-noise allan``: by Allan variance (refused where the truth does not allow it).
+    ``auto`` (default): the same where every field is one the Allan variance gives and the truth passes its checks,
+    else, saying why, as ``synthetic``: fitted to ``synthetic_flights`` (ground truth + N(0, ``--meas-sigma``²)),
+    the random walks only when ``--fit`` names them."""
+    from .calibrate_allan import ALLAN_FIELDS
+
+    if args.imu_noise in ("allan", "auto") and all(n in ALLAN_FIELDS for n in names):
+        try:
+            return allan_stage(inputs.flights, point, names, log)
+        except CalibrationRefused as exc:
+            if args.imu_noise == "allan":
+                raise
+            log(f"the Allan variance is not usable on these flights, so the IMU noise is fitted instead: {exc}")
+    if args.imu_noise == "auto" and not args.fit_given:
+        names = [n for n in names if n in DEFAULT_FIT]
+    label = f"IMU noise on ground truth + N(0, {args.meas_sigma:g}²)"
+    return run_stage(label, synthetic_flights, point, names, args, log)
+
+
 def run_fit(args: argparse.Namespace, inputs: Inputs, flights: list, log: Callable[[str], None] = print):
-    """(the fitted point, its stages). Without a network one stage fits ``--fit`` to the synthetic ``flights``.
-    With one, ``--imu-noise synthetic`` (default) fits the IMU fields to ground truth + N(0, ``--meas-sigma``²) of
-    the same flights first, then s alone to the network's estimates; ``--imu-noise network`` fits all of ``--fit``
-    to the network's estimates at once. s starts where it fits the network's own errors best (mean e²/σ̂²)."""
+    """(the fitted point, its stages). Without a network one stage sets the IMU fields of ``--fit``
+    (:func:`imu_stage`; ``flights`` are then the synthetic measurements). With one, ``--imu-noise auto`` (default),
+    ``allan`` or ``synthetic`` set the IMU fields first, then fit s alone to the network's estimates;
+    ``--imu-noise network`` fits all of ``--fit`` to the network's estimates at once. s starts where it fits the
+    network's own errors best (mean e²/σ̂²)."""
     if inputs.mode == "synthetic":
-        if args.imu_noise == "allan":
-            stage = allan_stage(inputs.flights, inputs.start, args.fit, log)
-        else:
-            stage = run_stage("filter noise on ground truth + known noise", flights, inputs.start, args.fit, args, log)
+        stage = imu_stage(args, inputs, inputs.start, list(args.fit), flights, log)
         return stage.point, [stage]
     initial = dataclasses.replace(inputs.start, scale=own_scale(flights)) if SCALE in args.fit else None
     if initial is not None:
@@ -289,12 +315,8 @@ def run_fit(args: argparse.Namespace, inputs: Inputs, flights: list, log: Callab
     stages = []
     point = inputs.start
     imu = [n for n in args.fit if n != SCALE]
-    if imu and args.imu_noise == "allan":
-        stages.append(allan_stage(inputs.flights, point, imu, log))
-        point = stages[-1].point
-    elif imu:
-        label = f"IMU noise on ground truth + N(0, {args.meas_sigma:g}²)"
-        stages.append(run_stage(label, synthetic(args, inputs.flights), point, imu, args, log))
+    if imu:
+        stages.append(imu_stage(args, inputs, point, imu, synthetic(args, inputs.flights), log))
         point = stages[-1].point
     if initial is not None:
         initial = dataclasses.replace(point, scale=initial.scale)
@@ -401,7 +423,7 @@ def overlay_header(args: argparse.Namespace, inputs: Inputs, stages: list[Stage]
         f"({inputs.recipe.variant if inputs.recipe else ''}) trained {args.fold_minutes:g} min each on the other folds",
         "synthetic": f"ground-truth body velocity + N(0, {args.meas_sigma:g}²) at 20 Hz, seed {args.seed}",
     }[inputs.mode]
-    if args.imu_noise == "allan":
+    if any(st.label == ALLAN_LABEL for st in stages):
         source += "; the IMU noise from the IMU's error against ground truth (Allan variance)"
     scale = " with the network variance scale" if any(SCALE in st.values for st in stages) else ""
     return [

@@ -87,16 +87,16 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument(
         "--imu-noise",
         choices=IMU_NOISE_SOURCES,
-        default="synthetic",
-        help="fit the IMU noise to ground truth + N(0, --meas-sigma²) (synthetic; with a network s follows on its "
-        "estimates), everything to the network's estimates at once (network), or take the IMU noise and random walks "
-        "from the Allan variance of the IMU against ground truth exact at the IMU rate: simulated flights, static "
-        "logs (allan)",
+        default="auto",
+        help="take the IMU noise densities and random walks from the Allan variance of the IMU against ground truth "
+        "exact at the IMU rate: simulated flights, static logs (allan), fit the densities to ground truth + "
+        "N(0, --meas-sigma²) (synthetic), or everything to the network's estimates at once (network); with a "
+        "network, s follows on its estimates. auto (default): allan where the flights allow it, else synthetic",
     )
     fit.add_argument(
         "--fit",
-        help=f"comma-separated fields to fit, of {', '.join(FITTABLE)} (default: the two densities, with --imu-noise "
-        f"allan also the two random walks, plus {SCALE} when the measurements come from a network)",
+        help=f"comma-separated fields to fit, of {', '.join(FITTABLE)} (default: the two densities, by Allan "
+        f"variance also the two random walks, plus {SCALE} when the measurements come from a network)",
     )
     fit.add_argument("--grid-points", type=int, default=4, help="coarse grid values per density (1: no grid)")
     fit.add_argument("--max-evals", type=int, default=60, help="filter passes per refinement, at most")
@@ -138,8 +138,9 @@ def check_args(args: argparse.Namespace) -> None:
     ):
         if value < 1:
             raise OptionError(flag, f"must be >= 1, got {value}")
-    imu_default = ALLAN_FIELDS if args.imu_noise == "allan" else DEFAULT_FIT
+    imu_default = ALLAN_FIELDS if args.imu_noise in ("allan", "auto") else DEFAULT_FIT
     default = (*imu_default, SCALE) if mode != "synthetic" else imu_default
+    args.fit_given = args.fit is not None
     args.fit = check_fit_names(args.fit.split(",")) if args.fit is not None else default
     outside = [n for n in args.fit if n not in (*ALLAN_FIELDS, SCALE)]
     if args.imu_noise == "allan" and outside:
