@@ -114,10 +114,12 @@ class SensorNoise:
         if self.walk_identified:
             walk = f"; K {self.random_walk:.4g} {unit_k} (crossover {self.crossover:.3g} s)"
         else:
-            walk = (
-                f"; K not identified (crossover {self.crossover:.3g} s beyond the longest cluster "
-                f"{self.taus[-1]:.3g} s: longer flights or a static log show it), {walk_name} not fitted"
+            why = (
+                f"crossover {self.crossover:.3g} s beyond the longest cluster {self.taus[-1]:.3g} s"
+                if self.random_walk > 0
+                else f"no random walk in the curve up to τ {self.taus[-1]:.3g} s"
             )
+            walk = f"; K not identified ({why}: longer flights or a static log show it), {walk_name} not fitted"
         return [line + walk]
 
 
