@@ -154,16 +154,26 @@ def static_dir(tmp_path_factory) -> Path:
 
 
 def test_cli_writes_the_allan_values(static_dir, tmp_path, capsys):
-    out = tmp_path / "imu.yaml"
-    argv = ["calibrate", "--dataset", "csv", "--data", str(static_dir), "--imu-noise", "allan", "--out", str(out)]
-    assert cli_main([*argv, "--allow", "rotor_range"]) == 0, capsys.readouterr().err
+    """By default the two densities (the random walks printed, not written); with ``--fit`` naming them, all four."""
+    out, out4 = tmp_path / "imu.yaml", tmp_path / "imu4.yaml"
+    argv = ["calibrate", "--dataset", "csv", "--data", str(static_dir), "--imu-noise", "allan"]
+    argv += ["--allow", "rotor_range"]  # a static log: the motors are off
+    assert cli_main([*argv, "--out", str(out)]) == 0, capsys.readouterr().err
     printed = capsys.readouterr().out
     assert "IMU noise by Allan variance against ground truth: 0 filter passes" in printed
+    assert "not in --fit, the filter keeps its acc_random_walk" in printed
     cfg = load_filter_config([out])
     assert cfg.acc_noise_density == pytest.approx(NOISE.acc_density, rel=0.05)
     assert cfg.gyro_noise_density == pytest.approx(NOISE.gyro_density, rel=0.05)
-    assert math.isclose(cfg.acc_random_walk, NOISE.acc_random_walk, rel_tol=0.5)
+    assert "random_walk" not in out.read_text().split("/**/velobins_ekf:")[1]
     assert "Allan variance" in out.read_text()
+
+    every = "acc_noise_density,gyro_noise_density,acc_random_walk,gyro_random_walk"
+    assert cli_main([*argv, "--fit", every, "--out", str(out4)]) == 0, capsys.readouterr().err
+    cfg4 = load_filter_config([out4])
+    assert cfg4.acc_noise_density == cfg.acc_noise_density
+    assert math.isclose(cfg4.acc_random_walk, NOISE.acc_random_walk, rel_tol=0.5)
+    assert math.isclose(cfg4.gyro_random_walk, NOISE.gyro_random_walk, rel_tol=0.5)
 
 
 def test_cli_allan_takes_only_the_fields_it_estimates(static_dir, tmp_path):

@@ -38,7 +38,6 @@ from velobins_common.stats import gaussian_nll
 from velobins_data.flight import Flight
 
 from .calibrate_fit import (
-    DEFAULT_FIT,
     FITTABLE,
     SCALE,
     CalibrationFlight,
@@ -280,8 +279,7 @@ def imu_stage(
 ) -> Stage:
     """The IMU fields ``names``. ``--imu-noise allan``: by Allan variance (refused where the truth does not allow it).
     ``auto`` (default): the same where every field is one the Allan variance gives and the truth passes its checks,
-    else, saying why, as ``synthetic``: fitted to ``synthetic_flights`` (ground truth + N(0, ``--meas-sigma``²)),
-    the random walks only when ``--fit`` names them."""
+    else, saying why, as ``synthetic``: fitted to ``synthetic_flights`` (ground truth + N(0, ``--meas-sigma``²))."""
     from .calibrate_allan import ALLAN_FIELDS
 
     if args.imu_noise in ("allan", "auto") and all(n in ALLAN_FIELDS for n in names):
@@ -291,8 +289,6 @@ def imu_stage(
             if args.imu_noise == "allan":
                 raise
             log(f"the Allan variance is not usable on these flights, so the IMU noise is fitted instead: {exc}")
-    if args.imu_noise == "auto" and not args.fit_given:
-        names = [n for n in names if n in DEFAULT_FIT]
     label = f"IMU noise on ground truth + N(0, {args.meas_sigma:g}²)"
     return run_stage(label, synthetic_flights, point, names, args, log)
 

@@ -95,8 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     fit.add_argument(
         "--fit",
-        help=f"comma-separated fields to fit, of {', '.join(FITTABLE)} (default: the two densities, by Allan "
-        f"variance also the two random walks, plus {SCALE} when the measurements come from a network)",
+        help=f"comma-separated fields to fit, of {', '.join(FITTABLE)} (default: the two densities, plus {SCALE} "
+        "when the measurements come from a network)",
     )
     fit.add_argument("--grid-points", type=int, default=4, help="coarse grid values per density (1: no grid)")
     fit.add_argument("--max-evals", type=int, default=60, help="filter passes per refinement, at most")
@@ -138,9 +138,7 @@ def check_args(args: argparse.Namespace) -> None:
     ):
         if value < 1:
             raise OptionError(flag, f"must be >= 1, got {value}")
-    imu_default = ALLAN_FIELDS if args.imu_noise in ("allan", "auto") else DEFAULT_FIT
-    default = (*imu_default, SCALE) if mode != "synthetic" else imu_default
-    args.fit_given = args.fit is not None
+    default = (*DEFAULT_FIT, SCALE) if mode != "synthetic" else DEFAULT_FIT
     args.fit = check_fit_names(args.fit.split(",")) if args.fit is not None else default
     outside = [n for n in args.fit if n not in (*ALLAN_FIELDS, SCALE)]
     if args.imu_noise == "allan" and outside:
