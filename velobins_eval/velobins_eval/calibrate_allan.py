@@ -16,8 +16,9 @@ drift it absorbed).
 It is exact only where the ground truth is exact at the IMU rate: simulated flights, or a static log (the vehicle
 at rest, the truth columns constant, where the truth implies a constant signal that the Allan variance ignores).
 Motion-capture truth is neither: its rate, latency and differentiation noise put a non-white error on the short
-clusters. :func:`allan_noise` checks the slope there and refuses (:class:`CalibrationRefused`) when it is not the
-white noise's −½; the synthetic stage is then the method.
+clusters. :func:`allan_noise` checks the slope there and how closely the two terms fit the whole curve, and refuses
+(:class:`CalibrationRefused`) an error that is not white noise plus a random walk; the synthetic stage is then the
+method (``--imu-noise auto`` falls back to it).
 """
 
 from __future__ import annotations
@@ -48,12 +49,14 @@ WHITE_SLOPE_TOLERANCE = 0.1
 error to count as white there. Exact truth gives −0.50 on every simulated preset; velocity truth with 2 mm/s of white
 noise gives −0.64 at 100 Hz, and NanoBench's motion capture a rising deviation (slope > 0)."""
 SLOPE_CLUSTERS = 16
+"""The slope check spans the clusters of 1 to this many IMU periods: where white noise dominates any real IMU."""
 MAX_MISFIT = 1.3
 """Largest factor between the fitted two-term curve and the measured Allan deviation where at least
 :data:`MISFIT_CLUSTERS` independent clusters measure it: beyond it the error is not white noise plus a random walk
 (motion-capture noise, a vibration peak, a real IMU's bias-instability floor), and the fit is refused. Exact truth
 fits within ×/÷ 1.17 on two 15 s simulated flights and 1.11 on a 20-minute static log."""
 MISFIT_CLUSTERS = 30
+"""Independent clusters (over flights and axes) a τ needs for the misfit check: fewer, and chance alone moves it."""
 CLUSTER_POINTS = 30
 """Cluster lengths on a log grid from τ₀ to :data:`LONGEST_FRACTION` of the longest uniform stretch of IMU."""
 LONGEST_FRACTION = 0.25
