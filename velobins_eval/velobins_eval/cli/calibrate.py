@@ -88,8 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--imu-noise",
         choices=IMU_NOISE_SOURCES,
         default="auto",
-        help="take the IMU noise densities and random walks from the Allan variance of the IMU against ground truth "
-        "exact at the IMU rate: simulated flights, static logs (allan), fit the densities to ground truth + "
+        help="take the IMU noise densities (and random walks --fit names) from the Allan variance of the IMU against "
+        "ground truth exact at the IMU rate: simulated flights, static logs (allan), fit them to ground truth + "
         "N(0, --meas-sigma²) (synthetic), or everything to the network's estimates at once (network); with a "
         "network, s follows on its estimates. auto (default): allan where the flights allow it, else synthetic",
     )
