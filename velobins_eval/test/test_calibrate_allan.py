@@ -199,6 +199,10 @@ def test_cli_auto_uses_allan_where_the_truth_allows_and_says_why_it_falls_back(f
 
     assert run(exact, tmp_path / "a.yaml") == 0
     assert "IMU noise by Allan variance against ground truth: 0 filter passes" in capsys.readouterr().out
+    assert run(exact, tmp_path / "a2.yaml", "--fit", "acc_noise_density,init_sigma_gyro_bias") == 0
+    printed = capsys.readouterr().out
+    assert "the Allan variance does not give init_sigma_gyro_bias, so the IMU noise is fitted instead" in printed
+    assert "IMU noise on ground truth + N(0, 0.05²): fitting acc_noise_density, init_sigma_gyro_bias" in printed
     assert run(noisy, tmp_path / "b.yaml") == 0
     printed = capsys.readouterr().out
     assert "the Allan variance is not usable on these flights" in printed and "not white" in printed

@@ -235,7 +235,7 @@ class Stage:
     passes: int
     """Filter passes over all flights (fit and curvature)."""
     lines: list[str]
-    """The widenings of its search and its uncertainty lines."""
+    """What the report prints under it: a fit's widenings and uncertainty, or the Allan fit's lines."""
 
 
 def run_stage(
@@ -282,7 +282,10 @@ def imu_stage(
     else, saying why, as ``synthetic``: fitted to ``synthetic_flights`` (ground truth + N(0, ``--meas-sigma``²))."""
     from .calibrate_allan import ALLAN_FIELDS
 
-    if args.imu_noise in ("allan", "auto") and all(n in ALLAN_FIELDS for n in names):
+    others = [n for n in names if n not in ALLAN_FIELDS]
+    if args.imu_noise == "auto" and others:
+        log(f"the Allan variance does not give {', '.join(others)}, so the IMU noise is fitted instead")
+    elif args.imu_noise in ("allan", "auto"):
         try:
             return allan_stage(inputs.flights, point, names, log)
         except CalibrationRefused as exc:
