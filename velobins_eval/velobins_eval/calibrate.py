@@ -275,11 +275,12 @@ def allan_stage(flights: list[Flight], start: Point, names, log) -> Stage:
 
 
 def imu_stage(
-    args: argparse.Namespace, inputs: Inputs, point: Point, names: list[str], synthetic_flights: list, log
+    args: argparse.Namespace, inputs: Inputs, point: Point, names: list[str], synthetic_flights: Callable[[], list], log
 ) -> Stage:
     """The IMU fields ``names``. ``--imu-noise allan``: by Allan variance (refused where the truth does not allow it).
     ``auto`` (default): the same where every field is one the Allan variance gives and the truth passes its checks,
-    else, saying why, as ``synthetic``: fitted to ``synthetic_flights`` (ground truth + N(0, ``--meas-sigma``²))."""
+    else, saying why, as ``synthetic``: fitted to ``synthetic_flights()`` (ground truth + N(0, ``--meas-sigma``²)),
+    which is called only then."""
     from .calibrate_allan import ALLAN_FIELDS
 
     others = [n for n in names if n not in ALLAN_FIELDS]
@@ -293,7 +294,7 @@ def imu_stage(
                 raise
             log(f"the Allan variance is not usable on these flights, so the IMU noise is fitted instead: {exc}")
     label = f"IMU noise on ground truth + N(0, {args.meas_sigma:g}²)"
-    return run_stage(label, synthetic_flights, point, names, args, log)
+    return run_stage(label, synthetic_flights(), point, names, args, log)
 
 
 def run_fit(args: argparse.Namespace, inputs: Inputs, flights: list, log: Callable[[str], None] = print):
@@ -303,7 +304,7 @@ def run_fit(args: argparse.Namespace, inputs: Inputs, flights: list, log: Callab
     ``--imu-noise network`` fits all of ``--fit`` to the network's estimates at once. s starts where it fits the
     network's own errors best (mean e²/σ̂²)."""
     if inputs.mode == "synthetic":
-        stage = imu_stage(args, inputs, inputs.start, list(args.fit), flights, log)
+        stage = imu_stage(args, inputs, inputs.start, list(args.fit), lambda: flights, log)
         return stage.point, [stage]
     initial = dataclasses.replace(inputs.start, scale=own_scale(flights)) if SCALE in args.fit else None
     if initial is not None:
@@ -315,7 +316,7 @@ def run_fit(args: argparse.Namespace, inputs: Inputs, flights: list, log: Callab
     point = inputs.start
     imu = [n for n in args.fit if n != SCALE]
     if imu:
-        stages.append(imu_stage(args, inputs, point, imu, synthetic(args, inputs.flights), log))
+        stages.append(imu_stage(args, inputs, point, imu, lambda: synthetic(args, inputs.flights), log))
         point = stages[-1].point
     if initial is not None:
         initial = dataclasses.replace(point, scale=initial.scale)
