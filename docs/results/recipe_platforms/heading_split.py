@@ -1,0 +1,63 @@
+"""Item 13 of README.md: split the rpm runs' fused AVE into its body-frame part and the attitude error.
+
+For each run folder, reads ``eval_cal_allan/metrics.json`` (item 11: the s calibrated on the run's held-out flight)
+and, where present, ``eval_s_x<factor>/metrics.json`` (``scale_sweep_rpm.sh``: that s times a factor). Prints, per
+budget and arm, one row per seed at the calibrated s and the means over seeds at every factor:
+fused AVE (world frame) / fused AVE in the body frame / attitude-error RMS [°] / NEES share in the 95 % bounds.
+
+Usage: python heading_split.py STUDY_DIR [BUDGET ...]   (e.g. runs/recipe28 5min 10min)
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+
+ARMS = ("reg_paper", "gh_valfloor")
+SEEDS = ("", "_s1", "_s2", "_s3", "_s4")
+FACTORS = ("0.5", "1", "2", "4")
+FIELDS = ("ave", "ave_body", "rot_rms", "nees_in_bounds")
+
+
+def aggregate(path: Path) -> dict[str, float] | None:
+    """The one method's aggregate figures of an evaluation's metrics.json, or None if it is absent."""
+    if not path.is_file():
+        return None
+    (method,) = json.loads(path.read_text()).values()
+    return {k: float(method["aggregate"][k]) for k in FIELDS}
+
+
+def cell(a: dict[str, float]) -> str:
+    return f"{a['ave']:.3f} / {a['ave_body']:.3f} / {a['rot_rms']:.1f}° / {100 * a['nees_in_bounds']:.1f} %"
+
+
+def main(study: Path, budgets: list[str]) -> None:
+    print("| budget | arm | seed | s × | fused AVE / body-frame AVE / attitude RMS / NEES in 95 % |")
+    print("|---|---|---|---|---|")
+    for budget in budgets:
+        for arm in ARMS:
+            by_factor: dict[str, list[dict[str, float]]] = {f: [] for f in FACTORS}
+            for seed in SEEDS:
+                run = study / f"rpm_{budget}_{arm}{seed}"
+                rows = {
+                    f: aggregate(run / ("eval_cal_allan" if f == "1" else f"eval_s_x{f}") / "metrics.json")
+                    for f in FACTORS
+                }
+                if rows["1"] is None:
+                    continue
+                print(f"| {budget} | `{arm}` | {seed.lstrip('_s') or '0'} | 1 | {cell(rows['1'])} |")
+                for f, a in rows.items():
+                    if a is not None:
+                        by_factor[f].append(a)
+            for f, runs in by_factor.items():
+                if runs:
+                    mean = {k: statistics.mean(r[k] for r in runs) for k in FIELDS}
+                    print(f"| {budget} | `{arm}` | **mean of {len(runs)}** | {f} | {cell(mean)} |")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
+    main(Path(sys.argv[1]), sys.argv[2:] or ["5min", "10min"])
