@@ -3,7 +3,9 @@
 For each run folder, reads ``eval_cal_allan/metrics.json`` (item 11: the s calibrated on the run's held-out flight)
 and, where present, ``eval_s_x<factor>/metrics.json`` (``scale_sweep_rpm.sh``: that s times a factor). Prints, per
 budget and arm, one row per seed at the calibrated s and the means over seeds at every factor:
-fused AVE (world frame) / fused AVE in the body frame / attitude-error RMS [°] / NEES share in the 95 % bounds.
+fused AVE (world frame) / fused AVE in the body frame / attitude-error RMS [°] / NEES share in the 95 % bounds /
+posterior NLL per update (calibrate's objective, the log score of the fused velocity against the truth, from each
+evaluation's ``estimates/*/*/updates.csv``).
 
 Usage: python heading_split.py STUDY_DIR [BUDGET ...]   (e.g. runs/recipe28 5min 10min)
 """
@@ -15,36 +17,55 @@ import statistics
 import sys
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
+
+from velobins_eval.calibrate_fit import gaussian_terms
+
 ARMS = ("reg_paper", "gh_valfloor")
 SEEDS = ("", "_s1", "_s2", "_s3", "_s4")
 FACTORS = ("0.5", "1", "2", "4")
-FIELDS = ("ave", "ave_body", "rot_rms", "nees_in_bounds")
+FIELDS = ("ave", "ave_body", "rot_rms", "nees_in_bounds", "posterior_nll")
+AXES = ("x", "y", "z")
 
 
-def aggregate(path: Path) -> dict[str, float] | None:
-    """The one method's aggregate figures of an evaluation's metrics.json, or None if it is absent."""
+def posterior_nll(evaluation: Path) -> float:
+    """Mean ½(eᵀP⁻¹e + log det P + 3 log 2π) over every update of every flight: e the fused world velocity's error."""
+    terms = []
+    for path in sorted(evaluation.glob("estimates/*/*/updates.csv")):
+        u = pd.read_csv(path)
+        err = u[[f"v{a}" for a in AXES]].to_numpy() - u[[f"gt_v{a}" for a in AXES]].to_numpy()
+        cov = u[[f"v_cov_{a}{b}" for a in AXES for b in AXES]].to_numpy().reshape(-1, 3, 3)
+        terms.append(gaussian_terms(err, cov))
+    return float(np.concatenate(terms).mean())
+
+
+def aggregate(evaluation: Path) -> dict[str, float] | None:
+    """The one method's aggregate figures of an evaluation folder, or None if it is absent."""
+    path = evaluation / "metrics.json"
     if not path.is_file():
         return None
     (method,) = json.loads(path.read_text()).values()
-    return {k: float(method["aggregate"][k]) for k in FIELDS}
+    figures = {k: float(method["aggregate"][k]) for k in FIELDS[:-1]}
+    return figures | {"posterior_nll": posterior_nll(evaluation)}
 
 
 def cell(a: dict[str, float]) -> str:
-    return f"{a['ave']:.3f} / {a['ave_body']:.3f} / {a['rot_rms']:.1f}° / {100 * a['nees_in_bounds']:.1f} %"
+    return (
+        f"{a['ave']:.3f} / {a['ave_body']:.3f} / {a['rot_rms']:.1f}° / {100 * a['nees_in_bounds']:.1f} % / "
+        f"{a['posterior_nll']:.3f}"
+    )
 
 
 def main(study: Path, budgets: list[str]) -> None:
-    print("| budget | arm | seed | s × | fused AVE / body-frame AVE / attitude RMS / NEES in 95 % |")
+    print("| budget | arm | seed | s × | fused AVE / body-frame AVE / attitude RMS / NEES in 95 % / posterior NLL |")
     print("|---|---|---|---|---|")
     for budget in budgets:
         for arm in ARMS:
             by_factor: dict[str, list[dict[str, float]]] = {f: [] for f in FACTORS}
             for seed in SEEDS:
                 run = study / f"rpm_{budget}_{arm}{seed}"
-                rows = {
-                    f: aggregate(run / ("eval_cal_allan" if f == "1" else f"eval_s_x{f}") / "metrics.json")
-                    for f in FACTORS
-                }
+                rows = {f: aggregate(run / ("eval_cal_allan" if f == "1" else f"eval_s_x{f}")) for f in FACTORS}
                 if rows["1"] is None:
                     continue
                 print(f"| {budget} | `{arm}` | {seed.lstrip('_s') or '0'} | 1 | {cell(rows['1'])} |")
