@@ -85,6 +85,7 @@ FORMULA_NAMES: dict[str, str | None] = {
     "chi2_bounds": STATS,
     "gaussian_nll": STATS,
     "gaussian_nll_full": STATS,
+    "gaussian_nll_samples": STATS,
     "nees": STATS,
     "quaternion_to_matrix": FRAMES,
     "matrix_to_quaternion": FRAMES,

@@ -17,6 +17,7 @@ from velobins_common.stats import (
     chi2_quantile,
     gaussian_nll,
     gaussian_nll_full,
+    gaussian_nll_samples,
     nees,
 )
 
@@ -68,6 +69,19 @@ def test_gaussian_nll_full_is_the_multivariate_log_density() -> None:
     _, logdet = np.linalg.slogdet(cov)
     value = gaussian_nll_full(float(e @ np.linalg.solve(cov, e)), logdet, 3)
     assert value == pytest.approx(-multivariate_normal(np.zeros(3), cov).logpdf(e), rel=1e-12)
+
+
+def test_gaussian_nll_samples_is_each_samples_log_density_and_inf_without_one() -> None:
+    rng = np.random.default_rng(5)
+    a = rng.normal(size=(4, 3, 3))
+    cov = a @ a.transpose(0, 2, 1) + 0.2 * np.eye(3)
+    err = rng.normal(size=(4, 3))
+    expected = [-multivariate_normal(np.zeros(3), c).logpdf(e) for e, c in zip(err, cov, strict=True)]
+    np.testing.assert_allclose(gaussian_nll_samples(err, cov), expected, rtol=1e-12)
+    # a covariance that is not positive definite has no density: inf, so a minimised score never picks it
+    cov[2] = -np.eye(3)
+    out = gaussian_nll_samples(err, cov)
+    assert math.isinf(out[2]) and np.all(np.isfinite(np.delete(out, 2)))
 
 
 def test_nees_hand_case_and_calibrated_samples() -> None:

@@ -8,7 +8,9 @@
   only (a series for the regularised incomplete gamma and a bisection; relative error below 1e-12
   against scipy), so the vehicle nodes need no scipy.stats.
 * **Gaussian NLL** (:func:`gaussian_nll`, per axis, the paper's NLL metric §IV-A;
-  :func:`gaussian_nll_full`, with a full covariance) and its normaliser :data:`HALF_LOG_2PI`, which the
+  :func:`gaussian_nll_full`, with a full covariance, and :func:`gaussian_nll_samples`, per sample of a series:
+  the fused velocity's log score that ``velobins calibrate`` minimises and ``velobins evaluate`` reports) and its
+  normaliser :data:`HALF_LOG_2PI`, which the
   torch training losses (``velobins_net.losses``, ``velobins_net.baselines.losses``) also take from here.
 * **NEES** (:func:`nees`): ``eᵀ Σ⁻¹ e`` per sample.
 """
@@ -106,6 +108,17 @@ def gaussian_nll(v_est: np.ndarray, var_est: np.ndarray, v_gt: np.ndarray) -> fl
 def gaussian_nll_full(mahalanobis_sq: float, log_det: float, dim: int) -> float:
     """NLL [nats] of one d-dimensional Gaussian sample: ``½ (eᵀ Σ⁻¹ e + log det Σ) + d · ½ log 2π``."""
     return 0.5 * (mahalanobis_sq + log_det) + dim * HALF_LOG_2PI
+
+
+def gaussian_nll_samples(err: np.ndarray, cov: np.ndarray) -> np.ndarray:
+    """(N,) :func:`gaussian_nll_full` of each of (N, d) errors under its (N, d, d) covariance, from its :func:`nees`.
+
+    inf where a covariance is not positive definite: its density is undefined, and a score that must be
+    minimised (``velobins calibrate``) then never picks it.
+    """
+    sign, log_det = np.linalg.slogdet(np.asarray(cov, dtype=np.float64))
+    out = gaussian_nll_full(nees(err, cov), log_det, np.shape(err)[1])
+    return np.where(sign > 0, out, math.inf)
 
 
 def nees(err: np.ndarray, cov: np.ndarray) -> np.ndarray:

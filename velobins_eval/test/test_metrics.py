@@ -139,12 +139,36 @@ def test_flight_metrics_on_a_perfect_and_an_offset_filter() -> None:
     assert fm.nees_median == pytest.approx(2.366, rel=0.2)
     assert tuple(fm.as_dict()) == m.PAPER_KEYS + m.EXTRA_KEYS  # the paper's seven first, in their order
     assert fm.nees_mean == pytest.approx(3.0, rel=0.2)
+    # fused NLL of a filter whose covariance fits its errors: the Gaussian's entropy, ½(3 + log det Σ + 3 log 2π)
+    assert fm.fused_nll == pytest.approx(0.5 * (3 + 3 * math.log(2 * math.pi * sigma**2)), abs=0.1)
     assert math.isnan(fm.rot_rms) and math.isnan(fm.ave_body)  # no orientation given: no orientation columns
     # a displacement method has no network velocity: net columns NaN, the fused ones unchanged
     nan = np.full(v.shape, np.nan)
     fd = m.flight_metrics(gt, nan, nan, p + np.array([0.0, 0.0, 1.0]), v_fused, cov)
     assert math.isnan(fd.net_ave) and math.isnan(fd.net_nll)
     assert (fd.ave, fd.rte, fd.ate, fd.nees_median) == (fm.ave, fm.rte, fm.ate, fm.nees_median)
+
+
+def test_fused_nll_judges_the_estimate_and_its_covariance_together() -> None:
+    """The NLL is lowest with the covariance that fits the errors, where the AVE cannot tell the covariances apart,
+    and lower for the more accurate of two filters that both fit, where the NEES cannot tell them apart."""
+    t = np.arange(0.0, 50.0, 0.05)
+    v = np.stack([np.cos(0.1 * t), np.sin(0.1 * t), 0.0 * t], axis=1)
+    p = np.cumsum(v, 0) * 0.05
+    q = np.tile([0.0, 0.0, 0.0, 1.0], (t.size, 1))
+    gt = m.interpolate_ground_truth(t, p, q, v, t)
+    sigma = 0.2
+    noise = np.random.default_rng(6).normal(size=v.shape)
+    cov = np.broadcast_to(np.eye(3) * sigma**2, (t.size, 3, 3))
+    net = np.full(v.shape, np.nan)
+    fits, small, large = (m.flight_metrics(gt, net, net, p, v + sigma * noise, k * cov) for k in (1.0, 0.25, 4.0))
+    assert fits.ave == small.ave == large.ave
+    assert fits.fused_nll < small.fused_nll and fits.fused_nll < large.fused_nll
+    worse = m.flight_metrics(gt, net, net, p, v + 2 * sigma * noise, 4 * cov)  # twice the error, covariance fits
+    assert worse.nees_in_bounds == fits.nees_in_bounds and worse.nees_median == pytest.approx(fits.nees_median)
+    assert worse.fused_nll == pytest.approx(fits.fused_nll + 3 * math.log(2))  # ½ log det grows by 3 log 2
+    # without a covariance there is no NLL
+    assert math.isnan(m.flight_metrics(gt, net, net, p, v + sigma * noise, np.full_like(cov, np.nan)).fused_nll)
 
 
 def test_rotation_and_final_yaw_error_of_a_known_offset() -> None:

@@ -47,7 +47,7 @@ import numpy as np
 from velobins_common.errors import OptionError, UserError
 from velobins_common.fields import param_spec
 from velobins_common.progress import progress_bar
-from velobins_common.stats import gaussian_nll_full, nees
+from velobins_common.stats import gaussian_nll_samples
 from velobins_data.flight import Flight
 
 from .calibrate_pool import FlightPool
@@ -127,20 +127,12 @@ def synthetic_measurements(
     return CalibrationFlight(seq, t, z, np.full_like(z, sigma**2))
 
 
-def gaussian_terms(err: np.ndarray, cov: np.ndarray) -> np.ndarray:
-    """(N,) ½(eᵀΣ⁻¹e + log det Σ + d log 2π) of (N, d) errors with (N, d, d) covariances (inf if Σ is not PD):
-    :func:`velobins_common.stats.gaussian_nll_full` of each sample's :func:`~velobins_common.stats.nees`."""
-    sign, logdet = np.linalg.slogdet(cov)
-    out = gaussian_nll_full(nees(err, cov), logdet, err.shape[1])
-    return np.where(sign > 0, out, math.inf)
-
-
 def innovation_nll(updates: Sequence) -> tuple[float, int]:
     """(Σ ½(νᵀS⁻¹ν + log det S + d log 2π), count) over the accepted updates (``UpdateResult`` records)."""
     ups = [u for u in updates if u.accepted]
     if not ups:
         return 0.0, 0
-    terms = gaussian_terms(np.array([u.innovation for u in ups]), np.array([u.innovation_cov for u in ups]))
+    terms = gaussian_nll_samples(np.array([u.innovation for u in ups]), np.array([u.innovation_cov for u in ups]))
     return float(terms.sum()), len(ups)
 
 
@@ -168,11 +160,11 @@ def flight_terms(cf: CalibrationFlight, config, scale: float, kind: str) -> tupl
         return np.empty(0), np.empty(0)
     stamps = np.array([u.stamp for u in ups])
     if kind == "innovation":
-        terms = gaussian_terms(np.array([u.innovation for u in ups]), np.array([u.innovation_cov for u in ups]))
+        terms = gaussian_nll_samples(np.array([u.innovation for u in ups]), np.array([u.innovation_cov for u in ups]))
     else:
         index = np.clip(np.searchsorted(cf.t, stamps), 0, len(cf.t) - 1)
         err = np.array([u.vel_world for u in ups]) - cf.v_true[index]
-        terms = gaussian_terms(err, np.array([u.vel_world_cov for u in ups]))
+        terms = gaussian_nll_samples(err, np.array([u.vel_world_cov for u in ups]))
     return stamps, terms
 
 

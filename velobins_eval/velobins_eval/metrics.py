@@ -22,6 +22,10 @@ first one a full network window after the start), ground truth interpolated ther
 * **NEES**: ``eᵀ Σ⁻¹ e`` per update (3 dof for velocity); summarised by its median (ideal
   ``χ²₃`` median 2.366), the share inside the two-sided 95 % ``χ²₃`` bounds [0.216, 9.348] and
   its mean (ideal 3; heavy tails show here first).
+* **Fused NLL** [nats]: mean over updates of the 3-dof Gaussian NLL of the fused velocity's error under its
+  covariance, ``½ (eᵀ Σ⁻¹ e + log det Σ + 3 log 2π)``: the log score ``velobins calibrate`` minimises. A proper
+  scoring rule: it rewards an accurate estimate and a covariance that fits its errors together, where the AVE
+  sees only the first and the NEES only the second.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from velobins_common.stats import (  # noqa: F401
     NEES_IDEAL_MEDIAN,
     chi2_bounds,
     gaussian_nll,
+    gaussian_nll_samples,
     nees,
 )
 
@@ -270,6 +275,8 @@ class FlightMetrics:
     """EKF-fused AVE [m/s] in the body frame (free of the heading drift that the world-frame AVE carries)."""
     nees_mean: float = math.nan
     """Mean per-update NEES of the fused velocity (ideal 3)."""
+    fused_nll: float = math.nan
+    """Mean per-update Gaussian NLL [nats] of the fused velocity under its covariance (lower is better)."""
 
     def as_dict(self) -> dict[str, float]:
         """Plain dict with the keys above, for reports."""
@@ -278,8 +285,8 @@ class FlightMetrics:
 
 PAPER_KEYS = ("net_ave", "net_nll", "ave", "rte", "ate", "nees_median", "nees_in_bounds")
 """The paper's seven figures (the columns of every earlier report, in order)."""
-EXTRA_KEYS = ("ate_yaw", "ate_se3", "rot_rms", "yaw_final", "ave_body", "nees_mean")
-"""The labelled additions: aligned ATEs, orientation, body-frame velocity error, NEES mean."""
+EXTRA_KEYS = ("ate_yaw", "ate_se3", "rot_rms", "yaw_final", "ave_body", "nees_mean", "fused_nll")
+"""The labelled additions: aligned ATEs, orientation, body-frame velocity error, NEES mean, fused NLL."""
 
 
 def _finite(*arrays: np.ndarray | None) -> bool:
@@ -316,7 +323,8 @@ def flight_metrics(
     has_vel = _finite(v_fused_world)
     has_cov = has_vel and _finite(v_fused_cov_world)
     has_rot = q_fused is not None and _finite(q_fused)
-    summary = nees_summary(nees(np.asarray(v_fused_world) - gt.v, v_fused_cov_world)) if has_cov else None
+    err = np.asarray(v_fused_world, dtype=np.float64) - gt.v
+    summary = nees_summary(nees(err, v_fused_cov_world)) if has_cov else None
     gt_vb = gt.body_velocity if has_net else None
     return FlightMetrics(
         net_ave=ave(v_net_body, gt_vb) if has_net else nan,
@@ -332,4 +340,5 @@ def flight_metrics(
         yaw_final=final_yaw_error_deg(q_fused, gt.q) if has_rot else nan,
         ave_body=body_ave(v_fused_world, q_fused, gt.v, gt.q) if has_vel and has_rot else nan,
         nees_mean=summary.mean if summary else nan,
+        fused_nll=float(np.mean(gaussian_nll_samples(err, v_fused_cov_world))) if has_cov else nan,
     )

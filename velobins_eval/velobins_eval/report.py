@@ -5,7 +5,7 @@ layout (docs/metrics.md):
 
 * ``metrics.json``: ``{method: {"aggregate": {...}, "flights": {flight: {...}}}}`` with the paper's keys
   ``net_ave, net_nll, ave, rte, ate, nees_median, nees_in_bounds`` then the labelled additions
-  ``ate_yaw, ate_se3, rot_rms, yaw_final, ave_body, nees_mean`` (units in
+  ``ate_yaw, ate_se3, rot_rms, yaw_final, ave_body, nees_mean, fused_nll`` (units in
   :class:`velobins_eval.metrics.FlightMetrics`); NaN (no such output) is written as ``null``;
 * ``metrics.md``: the paper's table (methods as rows, the aggregate, best per column in bold), then
   the table of the additions;

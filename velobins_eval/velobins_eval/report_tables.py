@@ -28,12 +28,24 @@ HEADERS = {
     "yaw_final": "final yaw err. [°]",
     "ave_body": "AVE body [m/s]",
     "nees_mean": "NEES mean",
+    "fused_nll": "NLL fused [nats]",
 }
 """Column titles of the Markdown and HTML tables."""
 
-EXTRA_TABLE_KEYS = ("ate", "ate_yaw", "ate_se3", "rot_rms", "yaw_final", "ave", "ave_body", "nees_median", "nees_mean")
+EXTRA_TABLE_KEYS = (
+    "ate",
+    "ate_yaw",
+    "ate_se3",
+    "rot_rms",
+    "yaw_final",
+    "ave",
+    "ave_body",
+    "nees_median",
+    "nees_mean",
+    "fused_nll",
+)
 """Columns of the second table: ATE beside its aligned variants, orientation, AVE beside the body-frame AVE,
-the NEES median beside its mean."""
+the NEES median beside its mean, and the fused velocity's log score."""
 PER_FLIGHT_TABLE_KEYS = (
     "ave",
     "ave_body",
@@ -46,6 +58,7 @@ PER_FLIGHT_TABLE_KEYS = (
     "nees_median",
     "nees_mean",
     "nees_in_bounds",
+    "fused_nll",
 )
 """Columns of the per-flight tables (fused figures; the network's are in the aggregate table)."""
 
@@ -129,7 +142,8 @@ def extra_table(aggregates: Mapping[str, Mapping[str, float]]) -> str:
         render_table(_cells(aggregates), EXTRA_TABLE_KEYS)
         + "\n\nATE yaw-aligned / SE(3)-aligned: after the best yaw + translation (4-DoF) / rotation + translation "
         "fit of the whole trajectory; rot. RMS: RMS angle of the attitude error; final yaw err.: heading error at "
-        "the last update; AVE body: fused velocity error in the body frame (no heading drift); NEES mean: ideal 3 "
+        "the last update; AVE body: fused velocity error in the body frame (no heading drift); NEES mean: ideal 3; "
+        "NLL fused: log score of the fused velocity under its covariance, accuracy and fit together, lower is better "
         "(docs/metrics.md)."
     )
 

@@ -10,7 +10,7 @@ The one place a :class:`FlightRecord` becomes numbers (paper §IV-A, metrics of
 
 :func:`score` gives one flight's :class:`~velobins_eval.metrics.FlightMetrics`; :func:`aggregate`
 averages them over flights (the ``aggregate`` of every report), keyed by :data:`ALL_KEYS`: the paper's
-:data:`KEYS` then the labelled additions (aligned ATEs, orientation, body-frame AVE, NEES mean).
+:data:`KEYS` then the labelled additions (aligned ATEs, orientation, body-frame AVE, NEES mean, fused NLL).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from . import metrics
 KEYS = metrics.PAPER_KEYS
 """The paper's metric names, in column order (``net_ave, net_nll, ave, rte, ate, nees_median, nees_in_bounds``)."""
 EXTRA_KEYS = metrics.EXTRA_KEYS
-"""The labelled additions (``ate_yaw, ate_se3, rot_rms, yaw_final, ave_body, nees_mean``)."""
+"""The labelled additions (``ate_yaw, ate_se3, rot_rms, yaw_final, ave_body, nees_mean, fused_nll``)."""
 ALL_KEYS = KEYS + EXTRA_KEYS
 """Every field of :class:`~velobins_eval.metrics.FlightMetrics`: the keys of ``metrics.json``."""
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from velobins_eval.calibrate_fit import gaussian_terms
+from velobins_common.stats import gaussian_nll_samples
 
 ARMS = ("reg_paper", "gh_valfloor")
 SEEDS = ("", "_s1", "_s2", "_s3", "_s4")
@@ -36,7 +36,7 @@ def posterior_nll(evaluation: Path) -> float:
         u = pd.read_csv(path)
         err = u[[f"v{a}" for a in AXES]].to_numpy() - u[[f"gt_v{a}" for a in AXES]].to_numpy()
         cov = u[[f"v_cov_{a}{b}" for a in AXES for b in AXES]].to_numpy().reshape(-1, 3, 3)
-        terms.append(gaussian_terms(err, cov))
+        terms.append(gaussian_nll_samples(err, cov))
     return float(np.concatenate(terms).mean())
 
 
