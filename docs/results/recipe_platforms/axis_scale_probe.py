@@ -1,0 +1,101 @@
+"""Item 13 of README.md: would a variance scale per axis (horizontal, vertical) fix the rpm heading drift?
+
+Re-runs the EKF offline on the network estimates a run's evaluations saved (``updates.csv``: ``net_v*`` and
+``net_var*``, the variances already times the run's calibrated s), with the variances times a horizontal factor
+(x, y) and a vertical one (z), and scores the fused velocity: AVE, posterior NLL (``calibrate``'s objective) and
+NEES share in the 95 % bounds. The filter is item 11's (``rpm_calibrated_imu.yaml``'s densities).
+
+* ``--oracle``: a grid of factors scored on the test flights themselves (``eval_cal_allan``): what the best
+  per-axis scale could give, not a recipe.
+* default: the factors picked the way ``calibrate`` picks s, by the posterior NLL on the run's held-out flight
+  (``eval_heldout_allan``: ``velobins evaluate`` on ``<run>/heldout`` with ``overlay_allan.yaml``), then scored on
+  the test flights.
+
+Usage: python axis_scale_probe.py STUDY_DIR [--oracle] RUN...
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from velobins_common.stats import NEES_BOUNDS, gaussian_nll_samples, nees
+from velobins_data.datasets import load_flight
+from velobins_data.flight import Flight
+from velobins_ekf.config import EkfConfig
+from velobins_ekf.offline import run_offline
+from velobins_eval.evaluate import ground_truth_state
+from velobins_eval.scoring import GroundTruth
+
+FILTER = dataclasses.replace(EkfConfig(), acc_noise_density=0.009985, gyro_noise_density=0.001001)
+"""Item 11's filter: rpm_calibrated_imu.yaml over the defaults."""
+ORACLE_GRID = list(itertools.product((1.0, 2.0, 4.0), (0.5, 1.0, 2.0)))
+FIT_GRID = list(itertools.product([2.0**k for k in range(-2, 5)], [2.0**k for k in range(-3, 3)]))
+
+
+def saved_updates(evaluation: Path, flights: dict[str, Flight]) -> dict[str, pd.DataFrame]:
+    """Each flight's updates.csv of an evaluation folder (one method per evaluation)."""
+    return {name: pd.read_csv(next((evaluation / "estimates" / name).glob("*/updates.csv"))) for name in flights}
+
+
+def score(flights: dict[str, Flight], saved: dict[str, pd.DataFrame], horizontal: float, vertical: float):
+    """(fused AVE, posterior NLL, NEES share in bounds), means over flights, with the variances scaled per axis."""
+    figures = []
+    for name, seq in flights.items():
+        u = saved[name]
+        var = u[["net_var_x", "net_var_y", "net_var_z"]].to_numpy() * np.array([horizontal, horizontal, vertical])
+        res = run_offline(
+            seq.t,
+            seq.acc,
+            seq.gyro,
+            u.t.to_numpy(),
+            u[["net_vx", "net_vy", "net_vz"]].to_numpy(),
+            np.einsum("ni,ij->nij", var, np.eye(3)),
+            init_state=ground_truth_state(seq),
+            config=FILTER,
+        )
+        ups = [x for x in res.updates if x.accepted]
+        stamps = np.array([x.stamp for x in ups])
+        err = np.array([x.vel_world for x in ups]) - GroundTruth.of(seq).at(stamps).v
+        cov = np.array([x.vel_world_cov for x in ups])
+        values = nees(err, cov)
+        inside = np.mean((values >= NEES_BOUNDS[0]) & (values <= NEES_BOUNDS[1]))
+        figures.append((np.linalg.norm(err, axis=1).mean(), gaussian_nll_samples(err, cov).mean(), inside))
+    return tuple(float(x) for x in np.mean(figures, axis=0))
+
+
+def flights_in(folder: Path) -> dict[str, Flight]:
+    return {p.stem: load_flight("csv", p) for p in sorted(folder.glob("*.csv"))}
+
+
+def main(study: Path, oracle: bool, runs: list[str]) -> None:
+    test = flights_in(study / "sim" / "rpm_test")
+    for run in runs:
+        saved = saved_updates(study / run / "eval_cal_allan", test)
+        if oracle:
+            for h, v in ORACLE_GRID:
+                ave, nll, inside = score(test, saved, h, v)
+                print(f"{run} xy x{h:g} z x{v:g}: fused AVE {ave:.3f}, posterior NLL {nll:.3f}, in bounds {inside:.1%}")
+            continue
+        held = flights_in(study / run / "heldout")
+        held_saved = saved_updates(study / run / "eval_heldout_allan", held)
+        h, v = min(FIT_GRID, key=lambda a: score(held, held_saved, *a)[1])
+        before, after = score(test, saved, 1.0, 1.0), score(test, saved, h, v)
+        print(
+            f"{run}: fitted xy x{h:g} z x{v:g} on {', '.join(held)}; test fused AVE {before[0]:.3f} -> {after[0]:.3f},"
+            f" posterior NLL {before[1]:.3f} -> {after[1]:.3f}, in bounds {before[2]:.1%} -> {after[2]:.1%}"
+        )
+
+
+if __name__ == "__main__":
+    args = sys.argv[1:]
+    if len(args) < 2:
+        sys.exit(__doc__)
+    oracle = "--oracle" in args
+    rest = [a for a in args if a != "--oracle"]
+    main(Path(rest[0]), oracle, rest[1:])
