@@ -8,10 +8,10 @@
   only (a series for the regularised incomplete gamma and a bisection; relative error below 1e-12
   against scipy), so the vehicle nodes need no scipy.stats.
 * **Gaussian NLL** (:func:`gaussian_nll`, per axis, the paper's NLL metric §IV-A;
-  :func:`gaussian_nll_full`, with a full covariance, and :func:`gaussian_nll_samples`, per sample of a series:
-  the fused velocity's log score that ``velobins calibrate`` minimises and ``velobins evaluate`` reports) and its
-  normaliser :data:`HALF_LOG_2PI`, which the
-  torch training losses (``velobins_net.losses``, ``velobins_net.baselines.losses``) also take from here.
+  :func:`gaussian_nll_full`, with a full covariance; :func:`gaussian_nll_samples`, per sample of a series: the
+  fused velocity's log score that ``velobins calibrate`` minimises and ``velobins evaluate`` reports) and its
+  normaliser :data:`HALF_LOG_2PI`, which the torch training losses (``velobins_net.losses``,
+  ``velobins_net.baselines.losses``) also take from here.
 * **NEES** (:func:`nees`): ``eᵀ Σ⁻¹ e`` per sample.
 """
 
