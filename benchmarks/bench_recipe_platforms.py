@@ -1,12 +1,15 @@
 """Small-data recipe study across platforms (issue 28): G+H^B against regression at equal wall-clock budgets.
 
-Two platforms, each with training flights and separate test flights that no run sees:
+Three platforms, each with training flights and separate test flights that no run sees:
 
 - ``n8``: 8 NanoBench train flights (the subset of ``bench_recipe.py``, seed 16), tested on the 4 NanoBench
   val flights, EKF-fused with ``velobins_bringup/config/nanobench.yaml``;
 - ``rpm``: the simulator's ``rpm`` preset (0.75 kg, ESC speeds in rad/s, IMU at 200 Hz: dynamics and rotor
   signals unlike the Crazyflie), ``velobins simulate --preset rpm --flights 13 --seconds 60 --seed 28``;
-  flights 0–9 train, 10–12 test, fused with the simulator's own IMU noise (``rpm_imu_noise.yaml`` here).
+  flights 0–9 train, 10–12 test, fused with the simulator's own IMU noise (``rpm_imu_noise.yaml`` here);
+- ``nano``: the simulator's Crazyflie-like ``nano`` preset, the same 13 × 60 s at seed 28, split the same way: a
+  Crazyflie that is not in NanoBench, so fine-tuning the shipped ``crazyflie`` models (``--init-from``) is a clean
+  test there. Fused with what ``velobins calibrate`` gives on the training flights (``nano_calibrated_imu.yaml``).
 
 Arms (``ARMS``): the defaults before this study (``--recipe paper``, the last flight held out for selection)
 for both methods, and the small-data recipe with checkpoint selection on the tail of every flight
@@ -34,10 +37,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_recipe import DATA, PARAMS, ROOT, run_logged, run_row, subset_dir, train_and_evaluate
 
 DOCS = ROOT / "docs" / "results" / "recipe_platforms"
-RPM_PARAMS = DOCS / "rpm_imu_noise.yaml"
-SIM = ("--preset", "rpm", "--flights", "13", "--seconds", "60", "--seed", "28")
-RPM_TEST = 3
-"""The last flights of the simulated set are the test flights."""
+SIM_PARAMS = {"rpm": DOCS / "rpm_imu_noise.yaml", "nano": DOCS / "nano_calibrated_imu.yaml"}
+"""The EKF parameters each simulated platform is fused with."""
+SIM = ("--flights", "13", "--seconds", "60", "--seed", "28")
+SIM_TEST = 3
+"""The last flights of each simulated set are the test flights."""
 
 AUG = ("--aug-acc-noise", "0.1", "--aug-acc-bias", "0.1", "--aug-gyro-noise", "0.01", "--aug-gyro-bias", "0.01")
 AUG += ("--aug-rotor-scale", "0.1")
@@ -124,17 +128,18 @@ def platform_data(out: Path, platform: str) -> tuple[str, Path, Path, Path]:
     """(dataset kind, training folder, test folder, EKF params) of ``platform``, made on first use."""
     if platform == "n8":
         return "nanobench", subset_dir(out, 8), DATA / "val", PARAMS
-    sim = out / "sim" / "rpm_all"
+    sim = out / "sim" / f"{platform}_all"
     if not (sim / "dataset.json").exists() and not any(sim.glob("*.json")):
-        subprocess.run(["velobins", "simulate", *SIM, "--workers", "1", "--out", str(sim)], check=True, cwd=ROOT)
+        cmd = ["velobins", "simulate", "--preset", platform, *SIM, "--workers", "1", "--out", str(sim)]
+        subprocess.run(cmd, check=True, cwd=ROOT)
     flights = sorted(sim.glob("sim_*.csv"), key=lambda p: int(p.stem.rsplit("_", 1)[1]))
-    train, test = out / "sim" / "rpm_train", out / "sim" / "rpm_test"
-    for folder, part in ((train, flights[:-RPM_TEST]), (test, flights[-RPM_TEST:])):
+    train, test = out / "sim" / f"{platform}_train", out / "sim" / f"{platform}_test"
+    for folder, part in ((train, flights[:-SIM_TEST]), (test, flights[-SIM_TEST:])):
         folder.mkdir(parents=True, exist_ok=True)
         for path in part:
             if not (folder / path.name).exists():
                 (folder / path.name).symlink_to(path.resolve())
-    return "csv", train, test, RPM_PARAMS
+    return "csv", train, test, SIM_PARAMS[platform]
 
 
 def commands(job: Job, out: Path) -> tuple[list[str], list[str]]:
@@ -342,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, required=True, help="study folder (runs, subsets, simulated flights)")
     p.add_argument("--budgets", type=float, nargs="+", default=[2.0, 5.0], help="training budgets [min]")
-    p.add_argument("--platforms", nargs="+", default=["rpm", "n8"], choices=("rpm", "n8"))
+    p.add_argument("--platforms", nargs="+", default=["rpm", "n8"], choices=("rpm", "n8", "nano"))
     p.add_argument("--arms", nargs="+", default=list(ARMS), choices=tuple(ARMS))
     p.add_argument("--seeds", type=int, nargs="+", default=[0], help="training seeds (each a run of every arm)")
     p.add_argument("--jobs", type=int, default=1, help="runs at a time (each uses one thread)")
