@@ -16,9 +16,9 @@ Usage: python axis_scale_probe.py STUDY_DIR [--oracle] RUN...
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
@@ -27,18 +27,17 @@ import pandas as pd
 from velobins_common.stats import NEES_BOUNDS, gaussian_nll_samples, nees
 from velobins_data.datasets import load_flight
 from velobins_data.flight import Flight
-from velobins_ekf.config import EkfConfig
 from velobins_ekf.offline import run_offline
-from velobins_eval.evaluate import ground_truth_state
+from velobins_eval.evaluate import ground_truth_state, load_ekf_config
 from velobins_eval.scoring import GroundTruth
 
-FILTER = dataclasses.replace(EkfConfig(), acc_noise_density=0.009985, gyro_noise_density=0.001001)
+FILTER = load_ekf_config([Path(__file__).resolve().parent / "rpm_calibrated_imu.yaml"])
 """Item 11's filter: rpm_calibrated_imu.yaml over the defaults."""
 ORACLE_GRID = list(itertools.product((1.0, 2.0, 4.0), (0.5, 1.0, 2.0)))
 FIT_GRID = list(itertools.product([2.0**k for k in range(-2, 5)], [2.0**k for k in range(-3, 3)]))
 
 
-def saved_updates(evaluation: Path, flights: dict[str, Flight]) -> dict[str, pd.DataFrame]:
+def saved_updates(evaluation: Path, flights: Iterable[str]) -> dict[str, pd.DataFrame]:
     """Each flight's updates.csv of an evaluation folder (one method per evaluation)."""
     return {name: pd.read_csv(next((evaluation / "estimates" / name).glob("*/updates.csv"))) for name in flights}
 

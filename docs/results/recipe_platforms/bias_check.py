@@ -12,22 +12,17 @@ Usage: python bias_check.py STUDY_DIR FLIGHT RUN...   (e.g. runs/recipe28 sim_he
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
+from axis_scale_probe import FILTER, saved_updates  # this folder: item 11's filter, the saved estimates
 from scipy.spatial.transform import Rotation
 
 from velobins_data.datasets import load_flight
-from velobins_ekf.config import EkfConfig
 from velobins_ekf.offline import run_offline
 from velobins_eval.calibrate_allan import imu_errors
 from velobins_eval.evaluate import ground_truth_state
-
-FILTER = dataclasses.replace(EkfConfig(), acc_noise_density=0.009985, gyro_noise_density=0.001001)
-"""Item 11's filter: rpm_calibrated_imu.yaml over the defaults."""
 
 
 def heading(rot: np.ndarray) -> float:
@@ -41,8 +36,7 @@ def main(study: Path, flight: str, runs: list[str]) -> None:
     true_bias = gyro_err.mean(0)
     print(f"{flight}: true gyro bias {np.round(true_bias, 5)} rad/s")
     for run in runs:
-        (updates,) = (study / run / "eval_cal_allan" / "estimates" / flight).glob("*/updates.csv")
-        u = pd.read_csv(updates)
+        u = saved_updates(study / run / "eval_cal_allan", [flight])[flight]
         z = u[["net_vx", "net_vy", "net_vz"]].to_numpy()
         var = u[["net_var_x", "net_var_y", "net_var_z"]].to_numpy()
         for factor in (1.0, 4.0):
