@@ -1,4 +1,5 @@
-"""velobins_common.stats: χ² bounds against scipy and tables, the Gaussian NLL and NEES on hand cases."""
+"""velobins_common.stats: χ² bounds against scipy and tables, the Gaussian NLL and NEES on hand cases, the correlation
+time on Gauss-Markov series."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from velobins_common.stats import (
     chi2_bounds,
     chi2_cdf,
     chi2_quantile,
+    correlation_time,
     gaussian_nll,
     gaussian_nll_full,
     gaussian_nll_samples,
@@ -97,3 +99,38 @@ def test_nees_hand_case_and_calibrated_samples() -> None:
     assert np.median(values) == pytest.approx(NEES_IDEAL_MEDIAN, abs=0.08)
     with pytest.raises(ValueError, match="need err"):
         nees(err, cov[:, :2, :2])
+
+
+def test_correlation_time_recovers_gauss_markov_time_constants_and_white_noise() -> None:
+    rng = np.random.default_rng(7)
+    dt, taus = 0.05, np.array([0.2, 1.0, 3.0])
+    phi = np.exp(-dt / taus)
+    flights = []
+    for _ in range(40):
+        x = np.empty((1200, 3))
+        x[0] = rng.standard_normal(3)
+        for t in range(1, x.shape[0]):
+            x[t] = phi * x[t - 1] + np.sqrt(1 - phi**2) * rng.standard_normal(3)
+        flights.append(x)
+    assert correlation_time(flights, dt) == pytest.approx(taus, rel=0.15)
+    white = correlation_time([rng.standard_normal((1200, 2)) for _ in range(5)], dt)
+    assert np.all(white < dt)
+
+
+def test_correlation_time_counts_a_bias_and_matches_the_direct_sums() -> None:
+    rng = np.random.default_rng(3)
+    biased = [rng.standard_normal((400, 1)) + 2.0 for _ in range(3)]  # the bias never decorrelates
+    assert correlation_time(biased, 0.1)[0] == math.inf
+    series = [rng.standard_normal((n, 1)).cumsum(axis=0) * 0.1 + rng.standard_normal((n, 1)) for n in (30, 50)]
+    got = correlation_time(series, 1.0)[0]
+    rho = []
+    for k in range(50):
+        pairs = [x[: len(x) - k, 0] * x[k:, 0] for x in series if len(x) > k]
+        rho.append(np.concatenate(pairs).mean())
+    rho = np.array(rho) / rho[0]
+    k = int(np.flatnonzero(rho < 1 / math.e)[0])
+    assert got == pytest.approx(k - 1 + (rho[k - 1] - 1 / math.e) / (rho[k - 1] - rho[k]), rel=1e-9)
+    with pytest.raises(ValueError, match="dt must be > 0"):
+        correlation_time(series, 0.0)
+    with pytest.raises(ValueError, match="same width"):
+        correlation_time([np.zeros((3, 1)), np.zeros((3, 2))], 1.0)

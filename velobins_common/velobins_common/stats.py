@@ -13,11 +13,14 @@
   normaliser :data:`HALF_LOG_2PI`, which the torch training losses (``velobins_net.losses``,
   ``velobins_net.baselines.losses``) also take from here.
 * **NEES** (:func:`nees`): ``eᵀ Σ⁻¹ e`` per sample.
+* **Correlation time** (:func:`correlation_time`): how long a series of errors stays correlated with
+  itself; ``velobins calibrate`` reports it for the network's errors, which the filter takes as white.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -128,3 +131,43 @@ def nees(err: np.ndarray, cov: np.ndarray) -> np.ndarray:
     if e.ndim != 2 or c.shape != (e.shape[0], e.shape[1], e.shape[1]):
         raise ValueError(f"nees: need err (N, d) and cov (N, d, d), got {e.shape} and {c.shape}")
     return np.einsum("ni,ni->n", e, np.linalg.solve(c, e[..., None])[..., 0])
+
+
+def correlation_time(series: Sequence[np.ndarray], dt: float) -> np.ndarray:
+    """Per column, the lag [s] at which the pooled autocorrelation of ``series`` first falls below 1/e.
+
+    ``series`` are (T_i, d) arrays sampled every ``dt`` seconds (one per flight, so no lag spans two
+    flights). The autocorrelation at lag k is ``Σ x_t x_{t+k} / Σ x_t²`` over every pair k apart, each
+    sum divided by its count, with the series *not* demeaned: a bias is an error that lasts, and it
+    counts. For a first-order Gauss-Markov series (``x_{t+1} = e^{−dt/τ} x_t + w``) this is τ; for white
+    noise it is below ``dt`` (linear interpolation between lags). inf where the autocorrelation stays
+    above 1/e up to the longest series' length.
+
+    Raises:
+        ValueError: on no series, series of different widths, or ``dt`` not > 0.
+    """
+    arrays = [np.asarray(x, dtype=np.float64) for x in series]
+    if not arrays or any(a.ndim != 2 or a.shape[1] != arrays[0].shape[1] for a in arrays):
+        raise ValueError("correlation_time: need one or more (T, d) arrays of the same width d")
+    if not dt > 0:
+        raise ValueError(f"correlation_time: dt must be > 0, got {dt}")
+    longest = max(a.shape[0] for a in arrays)
+    sums = np.zeros((longest, arrays[0].shape[1]))
+    counts = np.zeros(longest)
+    for a in arrays:
+        n = a.shape[0]
+        if n == 0:
+            continue
+        size = 1 << (2 * n - 1).bit_length()  # zero-padded FFT: the linear, not circular, correlation
+        spectrum = np.fft.rfft(a, size, axis=0)
+        sums[:n] += np.fft.irfft(spectrum * spectrum.conj(), size, axis=0)[:n]
+        counts[:n] += np.arange(n, 0, -1)
+    rho = (sums / np.maximum(counts, 1)[:, None]) / (sums[0] / counts[0])
+    out = np.full(rho.shape[1], math.inf)
+    for j in range(rho.shape[1]):
+        below = np.flatnonzero(rho[:, j] < 1.0 / math.e)
+        if below.size:
+            k = int(below[0])  # k ≥ 1: rho[0] is 1
+            frac = (rho[k - 1, j] - 1.0 / math.e) / (rho[k - 1, j] - rho[k, j])
+            out[j] = (k - 1 + frac) * dt
+    return out

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +21,7 @@ from velobins_data.sim.flight import simulate_flight
 from velobins_data.sim.presets import get_preset
 from velobins_ekf.config import EkfConfig
 from velobins_ekf.params import load_filter_config
-from velobins_eval.calibrate import overlay_text, spread, yaml_float
+from velobins_eval.calibrate import body_truth, error_persistence_line, overlay_text, spread, yaml_float
 from velobins_eval.calibrate_fit import (
     EDGE_DECADES,
     GRID_LOG10,
@@ -76,6 +77,32 @@ def test_posterior_objective_recovers_the_measurement_scale(flights):
     cfg = dataclasses.replace(EkfConfig(), acc_noise_density=truth.acc_density, gyro_noise_density=truth.gyro_density)
     fit = fit_noise(Objective(wrong, "posterior"), Point(cfg, 1.0), [SCALE], max_evals=30, progress=False)
     assert 2.0 < fit.values[SCALE] < 8.0, fit.values
+
+
+def seconds(line: str) -> list[float]:
+    """The per-axis times of an :func:`error_persistence_line`."""
+    return [float(x) for x in re.findall(r"([0-9.]+(?:e-?[0-9]+)?) s\b", line.split(" (x, y, z")[0])]
+
+
+def test_error_persistence_says_how_long_the_errors_last(flights):
+    """White measurement errors last less than one interval; Gauss-Markov ones with τ = 0.5 s about 0.5 s."""
+    white = error_persistence_line(flights)
+    dt = float(np.median(np.diff(flights[0].t)))
+    times = seconds(white)
+    assert len(times) == 3 and all(x < dt for x in times), white
+    assert f"{dt * 1e3:.0f} ms apart" in white
+    rng = np.random.default_rng(5)
+    phi = math.exp(-dt / 0.5)
+    lasting = []
+    for cf in flights:
+        e = np.empty_like(cf.z)
+        e[0] = rng.standard_normal(3)
+        for k in range(1, len(e)):
+            e[k] = phi * e[k - 1] + math.sqrt(1 - phi * phi) * rng.standard_normal(3)
+        lasting.append(dataclasses.replace(cf, z=body_truth(cf) + 0.05 * e))
+    line = error_persistence_line(lasting)
+    times = seconds(line)
+    assert len(times) == 3 and all(0.33 < x < 0.75 for x in times), line
 
 
 def test_innovation_nll_is_the_gaussian_density():
@@ -220,6 +247,7 @@ def test_cli_shipped_model_brings_its_overlay(tmp_path, capsys):
     assert cli_main([*base, "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert f"parameters: {overlay}" in printed and "| before (crazyflie.yaml) |" in printed
+    assert "network errors stay correlated for" in printed  # the held-out estimates' persistence
     assert "| before (crazyflie.yaml) | 0.07009 | 0.03634 |" in out.read_text().replace("# ", "")  # its densities
     # only s was fitted: the overlay carries the densities it started from, so it alone configures the vehicle
     kept = load_filter_config([out])

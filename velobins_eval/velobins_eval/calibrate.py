@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from velobins_common.errors import OptionError, UserError, printable
-from velobins_common.stats import gaussian_nll
+from velobins_common.stats import correlation_time, gaussian_nll
 from velobins_data.flight import Flight
 
 from .calibrate_fit import (
@@ -399,12 +399,35 @@ def network_lines(flights: list[CalibrationFlight], start_scale: float, fit: Poi
         f"{nll(fit.scale):.3f} at the fitted s = {fit.scale:.3g}"
         + (f" (start s = {start_scale:.3g})" if start_scale != 1 else "")
     ]
+    lines.append(error_persistence_line(flights))
     if ave >= speed:
         lines.append(
             "WARNING: the network's estimates are no better than 0 m/s (AVE >= mean speed): this calibrates a "
             "network that has not learned; train longer (--fold-minutes, or a better --checkpoint) before using it"
         )
     return lines
+
+
+def error_persistence_line(flights: list[CalibrationFlight]) -> str:
+    """How long the network's errors (each divided by its σ̂) stay correlated, per body axis (:func:`correlation_time`).
+
+    The filter takes the estimates as independent; errors that last longer than the interval between two estimates
+    (consecutive windows share most of their samples) carry less information than the filter counts, and the fitted
+    s grows past the network's own best to make up for it.
+    """
+    steps = [np.diff(cf.t) for cf in flights if cf.t.size > 1]
+    if not steps:
+        return "network errors: too few estimates per flight to say how long they stay correlated"
+    dt = float(np.median(np.concatenate(steps)))
+    normalised = [(cf.z - body_truth(cf)) / np.sqrt(cf.var) for cf in flights]
+    times = ", ".join(
+        "longer than the flights" if not np.isfinite(x) else f"{x:.2f} s" for x in correlation_time(normalised, dt)
+    )
+    return (
+        f"network errors stay correlated for {times} (x, y, z; autocorrelation of e/σ̂ above 1/e); the filter takes "
+        f"its estimates, {dt * 1e3:.0f} ms apart, as independent: errors that last longer make the fitted s larger "
+        "than their own best"
+    )
 
 
 def body_truth(cf: CalibrationFlight) -> np.ndarray:
