@@ -24,11 +24,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from velobins_common.stats import NEES_BOUNDS, gaussian_nll_samples, nees
+from velobins_common.stats import gaussian_nll_samples, nees
 from velobins_data.datasets import load_flight
 from velobins_data.flight import Flight
 from velobins_ekf.offline import run_offline
 from velobins_eval.evaluate import ground_truth_state, load_ekf_config
+from velobins_eval.metrics import ave, nees_summary
 from velobins_eval.scoring import GroundTruth
 
 FILTER = load_ekf_config([Path(__file__).resolve().parent / "rpm_calibrated_imu.yaml"])
@@ -60,12 +61,18 @@ def score(flights: dict[str, Flight], saved: dict[str, pd.DataFrame], horizontal
         )
         ups = [x for x in res.updates if x.accepted]
         stamps = np.array([x.stamp for x in ups])
-        err = np.array([x.vel_world for x in ups]) - GroundTruth.of(seq).at(stamps).v
-        cov = np.array([x.vel_world_cov for x in ups])
-        values = nees(err, cov)
-        inside = np.mean((values >= NEES_BOUNDS[0]) & (values <= NEES_BOUNDS[1]))
-        figures.append((np.linalg.norm(err, axis=1).mean(), gaussian_nll_samples(err, cov).mean(), inside))
+        figures.append(
+            fused_figures(seq, stamps, np.array([x.vel_world for x in ups]), np.array([x.vel_world_cov for x in ups]))
+        )
     return tuple(float(x) for x in np.mean(figures, axis=0))
+
+
+def fused_figures(seq: Flight, stamps: np.ndarray, vel: np.ndarray, cov: np.ndarray) -> tuple[float, float, float]:
+    """Fused AVE, mean posterior NLL and NEES share in the 95 % bounds of one flight's fused world velocities
+    ``vel`` (M, 3) with covariances ``cov`` (M, 3, 3) at ``stamps``, by ``velobins evaluate``'s own functions."""
+    truth = GroundTruth.of(seq).at(stamps).v
+    err = vel - truth
+    return ave(vel, truth), float(gaussian_nll_samples(err, cov).mean()), nees_summary(nees(err, cov)).in_bounds
 
 
 def flights_in(folder: Path) -> dict[str, Flight]:

@@ -17,17 +17,12 @@ from pathlib import Path
 
 import numpy as np
 from axis_scale_probe import FILTER, saved_updates  # this folder: item 11's filter, the saved estimates
-from scipy.spatial.transform import Rotation
 
 from velobins_data.datasets import load_flight
 from velobins_ekf.offline import run_offline
 from velobins_eval.calibrate_allan import imu_errors
 from velobins_eval.evaluate import ground_truth_state
-
-
-def heading(rot: np.ndarray) -> float:
-    """ZYX yaw [rad] of a body->world rotation matrix."""
-    return float(Rotation.from_matrix(rot).as_euler("ZYX")[0])
+from velobins_eval.metrics import yaw_errors
 
 
 def main(study: Path, flight: str, runs: list[str]) -> None:
@@ -45,8 +40,7 @@ def main(study: Path, flight: str, runs: list[str]) -> None:
                 seq.t, seq.acc, seq.gyro, u.t.to_numpy(), z, cov, init_state=ground_truth_state(seq), config=FILTER
             )
             bias = res.final_state.gyro_bias
-            truth_heading = float(Rotation.from_quat(seq.q[-1]).as_euler("ZYX")[0])
-            yaw = np.degrees((heading(res.final_state.rot) - truth_heading + np.pi) % (2 * np.pi) - np.pi)
+            yaw = np.degrees(yaw_errors(res.final_state.quat[None], seq.q[-1:])[0])
             print(
                 f"  {run}, s x {factor:g}: gyro bias {np.round(bias, 5)}, error {np.round(bias - true_bias, 5)} rad/s;"
                 f" final heading error {yaw:+.1f} deg"

@@ -38,11 +38,8 @@ from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
-from axis_scale_probe import saved_updates  # this folder: the saved estimates
-from scipy.spatial.transform import Rotation
+from axis_scale_probe import flights_in, fused_figures, saved_updates  # this folder: loading and scoring
 
-from velobins_common.stats import NEES_BOUNDS, gaussian_nll_samples, nees
-from velobins_data.datasets import load_flight
 from velobins_data.flight import Flight
 from velobins_ekf.config import EkfConfig
 from velobins_ekf.nominal import nominal_step, rotation_series
@@ -51,13 +48,13 @@ from velobins_ekf.so3 import skew
 from velobins_ekf.state import DIM, VEL, initial_covariance
 from velobins_ekf.update import inject, kalman_innovation, updated_covariance
 from velobins_eval.evaluate import ground_truth_state, load_ekf_config
-from velobins_eval.scoring import GroundTruth
+from velobins_eval.metrics import yaw_errors
 
 HERE = Path(__file__).resolve().parent
 GM = slice(DIM, DIM + 3)
 """Error-state block of the Gauss-Markov velocity-measurement error b [m/s], body frame."""
 GRID = list(itertools.product((0.3, 0.6, 1.0, 1.5, 2.5), (0.25, 0.5, 1.0, 3.0), (0.03, 0.1, 0.3, 1.0)))
-"""(σ_b [m/s], τ [s], share of the saved variance kept as white noise) tried on the held-out flight."""
+"""(σ_b [m/s], τ [s], share of the saved variance kept as white noise) tried on the fitting flights."""
 
 
 class Model(NamedTuple):
@@ -82,7 +79,7 @@ class Figures(NamedTuple):
 
 
 def filter_flight(seq: Flight, u: pd.DataFrame, model: Model, config: EkfConfig):
-    """Fused world velocities, their covariances and stamps, and the final attitude, of one flight."""
+    """Stamps, fused world velocities and their covariances, and the final attitude quaternion, of one flight."""
     st = ground_truth_state(seq)
     n = DIM + 3
     p = np.zeros((n, n))
@@ -111,9 +108,10 @@ def filter_flight(seq: Flight, u: pd.DataFrame, model: Model, config: EkfConfig)
         p = f @ p @ f.T + q
         while j < tm.size and tm[j] <= seq.t[i + 1]:
             r = np.diag(rs[j])
-            h[:, 0:3] = skew(st.rot.T @ st.vel)
+            v_body = st.rot.T @ st.vel
+            h[:, 0:3] = skew(v_body)
             h[:, VEL] = st.rot.T
-            y = zs[j] - st.rot.T @ st.vel - b
+            y = zs[j] - v_body - b
             pht = p @ h.T
             inn = kalman_innovation(y, pht, h @ pht, r, h)
             dx = inn.gain @ y
@@ -125,27 +123,18 @@ def filter_flight(seq: Flight, u: pd.DataFrame, model: Model, config: EkfConfig)
             out_v.append(st.vel.copy())
             out_c.append(p[VEL, VEL].copy())
             j += 1
-    return np.array(out_t), np.array(out_v), np.array(out_c), st.rot
+    return np.array(out_t), np.array(out_v), np.array(out_c), st.quat
 
 
 def score(flights: dict[str, Flight], saved: dict[str, pd.DataFrame], model: Model, config: EkfConfig) -> Figures:
     """Means over flights of fused AVE, posterior NLL and NEES share in bounds; the final heading errors [deg]."""
     rows, yaws = [], []
     for name, seq in flights.items():
-        stamps, vel, cov, rot = filter_flight(seq, saved[name], model, config)
-        err = vel - GroundTruth.of(seq).at(stamps).v
-        values = nees(err, cov)
-        inside = np.mean((values >= NEES_BOUNDS[0]) & (values <= NEES_BOUNDS[1]))
-        rows.append((np.linalg.norm(err, axis=1).mean(), gaussian_nll_samples(err, cov).mean(), inside))
-        truth = Rotation.from_quat(seq.q[-1]).as_euler("ZYX")[0]
-        yaw = Rotation.from_matrix(rot).as_euler("ZYX")[0] - truth
-        yaws.append(float(np.degrees((yaw + np.pi) % (2 * np.pi) - np.pi)))
+        stamps, vel, cov, quat = filter_flight(seq, saved[name], model, config)
+        rows.append(fused_figures(seq, stamps, vel, cov))
+        yaws.append(float(np.degrees(yaw_errors(quat[None], seq.q[-1:])[0])))
     ave, nll, inside = (float(x) for x in np.mean(rows, axis=0))
     return Figures(ave, nll, inside, tuple(yaws))
-
-
-def flights_in(folder: Path) -> dict[str, Flight]:
-    return {p.stem: load_flight("csv", p) for p in sorted(folder.glob("*.csv"))}
 
 
 def fit(flights: dict[str, Flight], saved: dict[str, pd.DataFrame], models: list[Model], config: EkfConfig) -> Model:
@@ -177,9 +166,10 @@ def main(study: Path, platform: str, fit_on: str, runs: list[str], white_only: b
         print("  " + show(f"fitted: {white}", score(test, saved, white, config)), flush=True)
         if white_only:
             continue
-        gauss_markov = fit(fit_flights, fit_saved, [Model(*m) for m in GRID], config)
+        models = [Model(*m) for m in GRID]
+        gauss_markov = fit(fit_flights, fit_saved, models, config)
         print("  " + show(f"fitted: {gauss_markov}", score(test, saved, gauss_markov, config)), flush=True)
-        oracle = min(((Model(*m), score(test, saved, Model(*m), config)) for m in GRID), key=lambda x: x[1].nll)
+        oracle = min(((m, score(test, saved, m, config)) for m in models), key=lambda x: x[1].nll)
         print("  " + show(f"best on test: {oracle[0]}", oracle[1]), flush=True)
 
 
