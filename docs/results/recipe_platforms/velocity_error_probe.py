@@ -1,7 +1,7 @@
 """Item 17 of README.md: would a filter that models the network's errors as correlated in time fix the heading?
 
 The product's filter takes each network estimate as ``z = Rᵀv + n`` with white ``n`` of the network's variance times
-``calibrate``'s s, and s grows far above 1 (43 and 99.5 in item 17) to stand in for errors that last seconds. This
+``calibrate``'s s, and s grows far above 1 (43 and 99.5 in item 17) to stand in for errors that last 0.5–1 s. This
 probe re-runs the filter on the estimates a run's evaluations saved (``updates.csv``: ``net_v*``, ``net_var*`` as
 fused, i.e. already times s) with a first-order Gauss-Markov error on the measured body velocity appended to the
 state (18-D instead of 15-D)::
