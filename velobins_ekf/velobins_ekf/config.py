@@ -54,6 +54,17 @@ class EkfConfig:
     init_sigma_gyro_bias: float = param(0.01, min=1e-7, max=1.0)
     """Initial gyroscope bias standard deviation [rad/s] per axis. Typical 0.005–0.05."""
 
+    velocity_error_sigma: float = param(0.0, min=0.0, max=10.0)
+    """Standard deviation [m/s] per body axis of a slow error of the velocity measurements, modelled as a
+    first-order Gauss-Markov process b appended to the error state (velobins_ekf.velocity_error): z = Rᵀv + b + n.
+    A network's estimates share most of their 1 s window, so its errors last 0.5–1 s (``velobins calibrate``
+    prints how long); the paper's filter takes them as white (0, the default: the 15-D filter, operation for
+    operation). Fit it with ``velobins calibrate --fit ... velocity_error_sigma velocity_error_tau``. Velocity
+    methods only: displacement methods (clones) need 0. Typical 0 (white) or 0.2–2."""
+    velocity_error_tau: float = param(0.5, min=0.01, max=60.0)
+    """Correlation time τ [s] of that error (its autocorrelation is exp(−|Δt|/τ)); unused while
+    ``velocity_error_sigma`` is 0. Typical 0.25–1 (the network's window is 1 s)."""
+
     gate_enabled: bool = param(False, live=True)
     """χ² innovation gating of velocity updates. Off by default: the paper uses no gating (§III-E)."""
     gate_threshold: float = param(16.27, min=0.01, max=1e6, live=True)
@@ -121,6 +132,7 @@ class EkfConfig:
             if not math.isfinite(float(value)):
                 raise ValueError(f"EkfConfig.{f.name}: must be finite, got {value!r}")
             nonneg = {"acc_random_walk", "gyro_random_walk", "gap_accel_sigma", "gap_rate_sigma"}
+            nonneg.add("velocity_error_sigma")
             if f.name == "init_yaw":
                 continue
             if f.name in nonneg and value < 0:

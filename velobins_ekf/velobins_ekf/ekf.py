@@ -7,8 +7,10 @@ and the velocity update (:mod:`velobins_ekf.update`: ``H``, Joseph form, injecti
 It adds the bookkeeping: deferred propagation (blocks through :mod:`velobins_ekf.batch`, single
 intervals through :func:`velobins_ekf.nominal.nominal_step`), symmetrisation and a PD guard. For displacement
 methods (TLIO, EqNIO, IMO) it also keeps cloned past poses (:mod:`velobins_ekf.clone`) and fuses
-the displacement between a clone and the current pose (:mod:`velobins_ekf.displacement`); without
-clones every step is the 15-D filter's, operation for operation.
+the displacement between a clone and the current pose (:mod:`velobins_ekf.displacement`). With
+``config.velocity_error_sigma`` > 0 it keeps a slow error of the velocity measurements beside the state
+(:mod:`velobins_ekf.velocity_error`). Without clones and that error every step is the 15-D filter's,
+operation for operation.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import numpy as np
 
 from velobins_ekf import clone as cl
 from velobins_ekf import displacement as disp
+from velobins_ekf import velocity_error as ve
 from velobins_ekf.batch import propagate_block
 from velobins_ekf.config import EkfConfig
 from velobins_ekf.nominal import nominal_step, rotation_series
@@ -98,6 +101,7 @@ class ErrorStateEkf:
         self._sink: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # pose rows: pos, rot, vel
         self._marks: list[tuple[int, int]] = []  # (queued intervals before the mark, sink row)
         self._clones = cl.CloneSet()  # cloned past poses (displacement measurements), none by default
+        self._verr = self._velocity_error_prior()  # slow velocity-measurement error, None when modelled white
         if state is not None:
             self.reset(state, cov)
 
@@ -135,6 +139,11 @@ class ErrorStateEkf:
         self._state = s
         self._cov = 0.5 * (c + c.T)
         self._clones = cl.CloneSet()
+        self._verr = self._velocity_error_prior()
+
+    def _velocity_error_prior(self) -> ve.VelocityError | None:
+        sigma = self.config.velocity_error_sigma
+        return ve.VelocityError.prior(sigma, self.config.velocity_error_tau) if sigma > 0 else None
 
     # ------------------------------------------------------------------ propagation
     def propagate(self, dt: float, acc: np.ndarray, gyro: np.ndarray) -> None:
@@ -230,13 +239,18 @@ class ErrorStateEkf:
                 np.matmul(tmp, self._one.transpose, out=cov)
                 cov += q
                 cl.propagate_cross(self._clones, f)
+                if self._verr is not None:
+                    ve.propagate(self._verr, f, iv.dt)
         else:
-            f, q = transition_and_noise(concatenate(lin), self.config)
+            block = concatenate(lin)
+            f, q = transition_and_noise(block, self.config)
             phi, q_sum = compose(f, q)
             np.matmul(phi, cov, out=tmp)
             np.matmul(tmp, phi.T, out=cov)
             cov += q_sum
             cl.propagate_cross(self._clones, phi)
+            if self._verr is not None:  # diag(Φ, aI) composes to diag(Φ_block, a_block I): one step
+                ve.propagate(self._verr, phi, float(np.sum(block.dt)))
             f, q = f[-1], q[-1]
         self._last_f, self._last_q = f, q
         before = self._cov_count
@@ -284,6 +298,9 @@ class ErrorStateEkf:
         """:meth:`update_velocity` for inputs already validated by the caller: (3,) finite ``z``
         and symmetric positive definite (3, 3) ``r`` (the streaming wrapper checks both)."""
         st, p = self.state, self.cov
+        if self._verr is not None:
+            accepted, inn = self._update_velocity_error(z, r)
+            return self._result(stamp, accepted, inn.y, inn.s, inn.nis)
         if len(self._clones):  # the clones are correlated with the state: the update moves them too
             h_jac = measurement_jacobian(st)
             h = np.zeros((3, p.shape[0] + cl.CLONE_DIM * len(self._clones)))
@@ -297,6 +314,37 @@ class ErrorStateEkf:
         inject(st, inn.gain @ inn.y, p_new)
         self._cov[...] = positive_definite(p_new)
         return self._result(stamp, True, inn.y, inn.s, inn.nis)
+
+    def _update_velocity_error(self, z: np.ndarray, r: np.ndarray) -> tuple[bool, Innovation]:
+        """The velocity update of ``[δx, δb]`` for ``z = Rᵀv + b + n`` (:mod:`velobins_ekf.velocity_error`): the
+        same gain, Joseph form and injection as the 15-D update, on the augmented covariance; b is additive."""
+        st, err = self._state, self._verr
+        h = ve.measurement_jacobian(measurement_jacobian(st))
+        p = ve.assemble(self._cov, err)
+        pht = p @ h.T
+        inn = kalman_innovation(z - st.rot.T @ st.vel - err.value, pht, h @ pht, r, h)
+        if self.config.gate_enabled and inn.nis > self.config.gate_threshold:
+            return False, inn
+        p_new = updated_covariance(p, inn, r)
+        dx = inn.gain @ inn.y
+        inject(st, dx[:DIM], p_new)
+        err.value = err.value + dx[DIM:]
+        ve.split(positive_definite(p_new), self._cov, err)
+        return True, inn
+
+    @property
+    def velocity_error(self) -> ve.VelocityError | None:
+        """The slow velocity-measurement error b and its blocks (live object), None when the filter models the
+        measurement errors as white (``config.velocity_error_sigma`` 0)."""
+        self.flush()
+        return self._verr
+
+    def set_velocity_error(self, err: ve.VelocityError | None) -> None:
+        """Replace b and its blocks (a copy is kept), e.g. with a snapshot's after :meth:`reset`; None keeps the
+        prior :meth:`reset` gave."""
+        self.flush()
+        if err is not None and self._verr is not None:
+            self._verr = err.copy()
 
     # ------------------------------------------------------------------ clones and displacement
     @property
@@ -316,6 +364,10 @@ class ErrorStateEkf:
         At most ``config.max_clones`` are kept: beyond, the oldest is marginalised first and True
         is returned (the caller counts it).
         """
+        if self._verr is not None:
+            raise ValueError(
+                "clone_pose: velocity_error_sigma > 0 models velocity measurements; displacement methods need it 0"
+            )
         self.flush()
         dropped = len(self._clones) >= self.config.max_clones
         if dropped:

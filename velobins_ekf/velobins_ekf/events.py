@@ -16,6 +16,7 @@ import numpy as np
 from velobins_ekf.clone import CloneSet
 from velobins_ekf.ekf import NavState
 from velobins_ekf.initial_state import Sample
+from velobins_ekf.velocity_error import VelocityError
 
 VELOCITY, DISPLACEMENT, CLONE, POSE = 0, 1, 2, 3
 """Event kinds, also their order at equal stamps (a clone at ``t`` follows the updates at ``t``, and a
@@ -59,7 +60,8 @@ class FilterStats:
     disp_gated: int = 0
     """Displacements refused by the χ² gate or at a singular (±90° pitch) yaw frame."""
     disp_invalid: int = 0
-    """Displacements dropped as non-finite, not SPD, ``t_start ≥ t_end``, duplicate or before init."""
+    """Displacements dropped as non-finite, not SPD, ``t_start ≥ t_end``, duplicate, before init, or fed to a filter
+    with ``velocity_error_sigma`` > 0 (clones requested of it too)."""
     disp_too_old: int = 0
     """Displacements (or their clones) older than the stored history, dropped."""
     clones_dropped: int = 0
@@ -103,13 +105,15 @@ class Event:
 
 @dataclass
 class Snapshot:
-    """Filter state at ``t`` that late events re-propagate from (clones None when there are none)."""
+    """Filter state at ``t`` that late events re-propagate from (clones None when there are none, the
+    velocity-measurement error None when the filter models it white)."""
 
     t: float
     state: NavState
     cov: np.ndarray
     sample: Sample | None
     clones: CloneSet | None = None
+    velocity_error: VelocityError | None = None
 
 
 def is_spd(r: np.ndarray) -> bool:

@@ -82,6 +82,7 @@ class History:
         self.ekf.reset(snap.state, snap.cov)
         if snap.clones is not None:
             self.ekf.set_clones(snap.clones)
+        self.ekf.set_velocity_error(snap.velocity_error)
         self._t = snap.t
         self._sample = snap.sample
         redo = [a for a in self._applied if a.t > snap.t]
@@ -102,7 +103,9 @@ class History:
     def _take_snapshot(self) -> None:
         """Store the state at ``self._t`` (re-propagation start point) and drop expired history."""
         clones = self.ekf.clones.copy() if len(self.ekf.clones) else None
-        self._snaps.append(Snapshot(self._t, self.ekf.state.copy(), self.ekf.cov.copy(), self._sample, clones))
+        err = self.ekf.velocity_error
+        snap = Snapshot(self._t, self.ekf.state.copy(), self.ekf.cov.copy(), self._sample, clones, err and err.copy())
+        self._snaps.append(snap)
         self._last_snap_t = self._t
         self._prune(self._t)
 

@@ -411,6 +411,12 @@ class EkfNode(Node):
         if not self.filter.initialized:
             self.drops.drop("displacement_before_init", "the filter is not initialised yet")
             return
+        if self.filter_config.velocity_error_sigma > 0:
+            self.drops.drop(
+                "displacement_velocity_error",
+                "filter.velocity_error_sigma > 0 models velocity measurements; set it 0 for a displacement method",
+            )
+            return
         need = (t_end - t_start) + DISPLACEMENT_HISTORY_MARGIN
         if not self._history_checked and math.isfinite(need) and self.filter_config.history_length < need:
             self.get_logger().warning(

@@ -123,7 +123,9 @@ class VelocityEkf(History, Lifecycle):
         self.ekf.flush()  # queued intervals are propagated with the noise they were sampled under
         self.config = config
         self._align.config = self.imu_check.config = config
+        err = self.ekf.velocity_error  # not live: the same model, so its estimate carries over
         self.ekf = ErrorStateEkf(config, self.ekf.state, self.ekf.cov)
+        self.ekf.set_velocity_error(err)
 
     def add_imu(self, t: float, acc: np.ndarray, gyro: np.ndarray) -> bool:
         """Feed one IMU sample: stamp [s], specific force [m/s²] and rate [rad/s] (body frame).
@@ -213,7 +215,11 @@ class VelocityEkf(History, Lifecycle):
     def request_clone(self, t: float) -> bool:
         """Clone the pose at stamp ``t`` (a displacement window's start), now or when the IMU
         reaches ``t``; a past ``t`` re-propagates. False when older than the history (counted in
-        ``disp_too_old``) or before initialisation; True when that clone is already asked for."""
+        ``disp_too_old``) or before initialisation, or with ``velocity_error_sigma`` > 0 (counted in
+        ``disp_invalid``: that error models velocity measurements); True when that clone is already asked for."""
+        if self.config.velocity_error_sigma > 0:
+            self.stats.disp_invalid += 1
+            return False
         if self._t is None or not math.isfinite(t) or self._event_at(float(t), CLONE) is not None:
             return self._t is not None and math.isfinite(t)
         return self._schedule([Event(float(t), None, None, kind=CLONE)])  # type: ignore[arg-type]
@@ -229,6 +235,7 @@ class VelocityEkf(History, Lifecycle):
             self.stats.disp_invalid += 1
             return False
         ok = math.isfinite(ts + te) and ts < te and np.all(np.isfinite(z)) and np.all(np.isfinite(r))
+        ok = ok and self.config.velocity_error_sigma == 0  # b models velocity measurements: no clones beside it
         if not (ok and r.shape == (3, 3) and is_spd(r) and self._t is not None):
             self.stats.disp_invalid += 1
             return False

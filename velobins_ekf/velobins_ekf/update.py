@@ -72,7 +72,7 @@ class Innovation:
     nis: float
     """``yᵀ S⁻¹ y``."""
     gain: np.ndarray
-    """(n, 3) Kalman gain ``K = P Hᵀ S⁻¹`` (n = 15, or 15 + 6N with clones)."""
+    """(n, 3) Kalman gain ``K = P Hᵀ S⁻¹`` (n = 15, 15 + 6N with clones, 18 with a velocity error)."""
     h: np.ndarray
     """(3, n) measurement Jacobian."""
 

@@ -57,10 +57,17 @@ def record_of_run(seq: Flight, method: str, ups: list, res, v_net: np.ndarray, v
 
 
 def filter_config_for(model, ekf_config=None):
-    """``ekf_config`` (defaults when None) with enough history for the model's displacement windows."""
+    """``ekf_config`` (defaults when None) with enough history for the model's displacement windows.
+
+    Raises UserError for a displacement model with ``velocity_error_sigma`` > 0 (a velocity-measurement model)."""
     from velobins_ekf.config import DISPLACEMENT_HISTORY_MARGIN, EkfConfig
 
     cfg = ekf_config or EkfConfig()
+    if model.cfg.output_kind == "displacement" and cfg.velocity_error_sigma > 0:
+        raise UserError(
+            "filter.velocity_error_sigma > 0 models the errors of velocity measurements; a displacement method "
+            "needs it 0 (set it in --params)"
+        )
     need = model.cfg.window_s + DISPLACEMENT_HISTORY_MARGIN
     if model.cfg.output_kind == "displacement" and cfg.history_length < need:
         cfg = dataclasses.replace(cfg, history_length=need)
