@@ -21,12 +21,20 @@ from velobins_data.sim.flight import simulate_flight
 from velobins_data.sim.presets import get_preset
 from velobins_ekf.config import EkfConfig
 from velobins_ekf.params import load_filter_config
-from velobins_eval.calibrate import body_truth, error_persistence_line, overlay_text, spread, yaml_float
+from velobins_eval.calibrate import (
+    body_truth,
+    error_persistence_line,
+    overlay_text,
+    spread,
+    velocity_error_start,
+    yaml_float,
+)
 from velobins_eval.calibrate_fit import (
     EDGE_DECADES,
     GRID_LOG10,
     SCALE,
     SCALE_LIMITS,
+    VELOCITY_ERROR,
     CalibrationRefused,
     Objective,
     Point,
@@ -218,6 +226,7 @@ def test_cli_synthetic_end_to_end(data_dir, tmp_path, capsys):
         (["--checkpoint", "x.pt"], "--checkpoint: needs --heldout"),
         (["--fit", "gravity"], "--fit"),
         (["--fit", SCALE], "needs network estimates"),
+        (["--fit", "velocity_error_sigma"], "needs network estimates"),
         (["--checkpoint", "x.pt", "--heldout", "h"], "--heldout/--data: give one"),
         (["--heldout", "h", "--cross-fit", "2"], "--heldout/--cross-fit: give one"),
         (["--cross-fit", "1"], "--cross-fit: must be >= 2"),
@@ -262,3 +271,39 @@ def test_cli_shipped_model_brings_its_overlay(tmp_path, capsys):
     assert "parameters:" not in printed and "| before (defaults.yaml) | 0.02 |" in printed
     assert "kept from" not in printed  # 0.02 is the node's own value: nothing to carry
     assert "velobins_ekf" not in (tmp_path / "o2.yaml").read_text()
+
+
+def gauss_markov_errors(flights, sigma: float, tau: float, seed: int):
+    """``flights`` with a first-order Gauss-Markov error (σ, τ) added to their measurements (stated σ̂ unchanged)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for cf in flights:
+        phi = math.exp(-float(np.median(np.diff(cf.t))) / tau)
+        e = np.empty_like(cf.z)
+        e[0] = rng.normal(0.0, sigma, 3)
+        for k in range(1, len(e)):
+            e[k] = phi * e[k - 1] + rng.normal(0.0, sigma * math.sqrt(1 - phi * phi), 3)
+        out.append(dataclasses.replace(cf, z=cf.z + e))
+    return out
+
+
+def test_slow_measurement_error_is_fitted_from_where_calibrate_starts_it(flights):
+    """Measurements with a slow error (σ_b 0.3 m/s, τ 0.5 s) beside their stated white 0.05 m/s: calibrate starts
+    σ_b at their RMS and τ at how long they last, the fit lands near the truth, and the filter it gives is
+    consistent where the white one (s fitted alone) is not."""
+    slow = gauss_markov_errors(flights, 0.3, 0.5, seed=8)
+    truth = get_preset("nano").imu
+    cfg = dataclasses.replace(EkfConfig(), acc_noise_density=truth.acc_density, gyro_noise_density=truth.gyro_density)
+    start = velocity_error_start(Point(cfg, 1.0), slow, list(VELOCITY_ERROR), log=lambda _m: None)
+    assert 0.2 < start.config.velocity_error_sigma < 0.45 and 0.25 < start.config.velocity_error_tau < 1.0
+    fit = fit_noise(Objective(slow, "posterior"), start, list(VELOCITY_ERROR), max_evals=30, progress=False)
+    sigma, tau = fit.values["velocity_error_sigma"], fit.values["velocity_error_tau"]
+    assert 0.3 / 1.5 < sigma < 0.3 * 1.5, fit.values  # 0.334 when written
+    assert 0.5 / 2 < tau < 0.5 * 2, fit.values  # 0.552
+    white = fit_noise(Objective(slow, "posterior"), Point(cfg, 1.0), [SCALE], max_evals=30, progress=False)
+    assert fit.objective < white.objective
+    gm = consistency(slow, fit.point.config)
+    assert (
+        gm["nees_in_bounds"] > 0.8
+        and gm["nees_in_bounds"] > consistency(slow, cfg, white.values[SCALE])["nees_in_bounds"]
+    )

@@ -39,7 +39,9 @@ from velobins_data.flight import Flight
 
 from .calibrate_fit import (
     FITTABLE,
+    NETWORK_FITTABLE,
     SCALE,
+    VELOCITY_ERROR,
     CalibrationFlight,
     CalibrationRefused,
     Objective,
@@ -306,23 +308,46 @@ def run_fit(args: argparse.Namespace, inputs: Inputs, flights: list, log: Callab
     if inputs.mode == "synthetic":
         stage = imu_stage(args, inputs, inputs.start, list(args.fit), lambda: flights, log)
         return stage.point, [stage]
-    initial = dataclasses.replace(inputs.start, scale=own_scale(flights)) if SCALE in args.fit else None
+    start = velocity_error_start(inputs.start, flights, args.fit, log)
+    initial = dataclasses.replace(start, scale=own_scale(flights)) if SCALE in args.fit else None
     if initial is not None:
         log(f"s starts at {initial.scale:.4g} (mean e²/σ̂² of the network's estimates)")
     if args.imu_noise == "network":
-        stage = run_stage("joint fit on the network's estimates", flights, inputs.start, args.fit, args, log, initial)
+        stage = run_stage("joint fit on the network's estimates", flights, start, args.fit, args, log, initial)
         return stage.point, [stage]
     stages = []
-    point = inputs.start
-    imu = [n for n in args.fit if n != SCALE]
+    point = start
+    imu = [n for n in args.fit if n not in NETWORK_FITTABLE]
     if imu:
         stages.append(imu_stage(args, inputs, point, imu, lambda: synthetic(args, inputs.flights), log))
         point = stages[-1].point
-    if initial is not None:
-        initial = dataclasses.replace(point, scale=initial.scale)
-        stages.append(run_stage("network variance scale on its estimates", flights, point, [SCALE], args, log, initial))
+    network = [n for n in args.fit if n in NETWORK_FITTABLE]
+    if network:
+        initial = dataclasses.replace(point, scale=initial.scale) if initial is not None else None
+        label = "network variance scale" if network == [SCALE] else "network error model"
+        stages.append(run_stage(f"{label} on its estimates", flights, point, network, args, log, initial))
         point = stages[-1].point
     return point, stages
+
+
+def velocity_error_start(start: Point, flights: list[CalibrationFlight], names, log) -> Point:
+    """``start`` with a slow-error model to fit from where ``--params`` left it white (σ_b = 0; the search is in
+    log space): σ_b the RMS of the network's errors per axis, τ the mean of their correlation times
+    (:func:`error_times`) within [0.05, 5] s. Fields not in ``names`` and a σ_b > 0 from ``--params`` are kept."""
+    fitted = [n for n in VELOCITY_ERROR if n in names]
+    if not fitted or start.config.velocity_error_sigma > 0:
+        return start
+    err, _ = network_errors(flights)
+    times = [x for x in error_times(flights)[1] if np.isfinite(x)]
+    values = {"velocity_error_sigma": float(np.sqrt(np.mean(err**2)))}
+    if "velocity_error_tau" in fitted and times:
+        values["velocity_error_tau"] = float(np.clip(np.mean(times), 0.05, 5.0))
+    config = dataclasses.replace(start.config, **values)
+    log(
+        f"velocity error starts at sigma_b {config.velocity_error_sigma:.3g} m/s (RMS of the network's errors), "
+        f"tau {config.velocity_error_tau:.3g} s" + (" (how long they stay correlated)" if len(values) > 1 else "")
+    )
+    return dataclasses.replace(start, config=config)
 
 
 def fitted_values(stages: list[Stage]) -> dict[str, float]:
@@ -360,6 +385,9 @@ def fitted_table(
     objective = Objective(flights, kind, workers)
     try:
         for label, point in ((before, start), ("after (fitted)", fitted)):
+            if point.config.velocity_error_sigma > 0:
+                label += f"; velocity error σ_b {point.config.velocity_error_sigma:.3g} m/s, τ "
+                label += f"{point.config.velocity_error_tau:.3g} s"
             stats = consistency(flights, point.config, point.scale)
             rows.append(
                 f"| {label} | {fmt(point.config.acc_noise_density)} | {fmt(point.config.gyro_noise_density)} | "
@@ -415,19 +443,25 @@ def error_persistence_line(flights: list[CalibrationFlight]) -> str:
     (consecutive windows share most of their samples) carry less information than the filter counts, and the fitted
     s grows past the network's own best to make up for it.
     """
-    steps = [np.diff(cf.t) for cf in flights if cf.t.size > 1]
-    if not steps:
+    dt, per_axis = error_times(flights)
+    if not per_axis.size:
         return "network errors: too few estimates per flight to say how long they stay correlated"
-    dt = float(np.median(np.concatenate(steps)))
-    normalised = [(cf.z - body_truth(cf)) / np.sqrt(cf.var) for cf in flights]
-    times = ", ".join(
-        "longer than the flights" if not np.isfinite(x) else f"{x:.2f} s" for x in correlation_time(normalised, dt)
-    )
+    times = ", ".join("longer than the flights" if not np.isfinite(x) else f"{x:.2f} s" for x in per_axis)
     return (
         f"network errors stay correlated for {times} (x, y, z; autocorrelation of e/σ̂ above 1/e); the filter takes "
         f"its estimates, {dt * 1e3:.0f} ms apart, as independent: errors that last longer make the fitted s larger "
         "than their own best"
     )
+
+
+def error_times(flights: list[CalibrationFlight]) -> tuple[float, np.ndarray]:
+    """(the estimates' median spacing [s], per body axis the time their errors divided by σ̂ stay correlated
+    (:func:`correlation_time`; empty when no flight has two estimates))."""
+    steps = [np.diff(cf.t) for cf in flights if cf.t.size > 1]
+    if not steps:
+        return float("nan"), np.empty(0)
+    dt = float(np.median(np.concatenate(steps)))
+    return dt, correlation_time([(cf.z - body_truth(cf)) / np.sqrt(cf.var) for cf in flights], dt)
 
 
 def body_truth(cf: CalibrationFlight) -> np.ndarray:

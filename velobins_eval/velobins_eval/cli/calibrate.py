@@ -34,6 +34,7 @@ from velobins_eval.calibrate_allan import ALLAN_FIELDS
 from velobins_eval.calibrate_fit import (
     DEFAULT_FIT,
     FITTABLE,
+    NETWORK_FITTABLE,
     OBJECTIVES,
     SCALE,
     CalibrationRefused,
@@ -140,11 +141,12 @@ def check_args(args: argparse.Namespace) -> None:
             raise OptionError(flag, f"must be >= 1, got {value}")
     default = (*DEFAULT_FIT, SCALE) if mode != "synthetic" else DEFAULT_FIT
     args.fit = check_fit_names(args.fit.split(",")) if args.fit is not None else default
-    outside = [n for n in args.fit if n not in (*ALLAN_FIELDS, SCALE)]
+    outside = [n for n in args.fit if n not in (*ALLAN_FIELDS, *NETWORK_FITTABLE)]
     if args.imu_noise == "allan" and outside:
         raise OptionError("--fit", f"{', '.join(outside)}: the Allan fit gives {', '.join(ALLAN_FIELDS)} only")
-    if mode == "synthetic" and SCALE in args.fit:
-        raise OptionError("--fit", f"{SCALE} needs network estimates (--heldout / --cross-fit)")
+    network = [n for n in args.fit if n in NETWORK_FITTABLE]
+    if mode == "synthetic" and network:
+        raise OptionError("--fit", f"{', '.join(network)}: each needs network estimates (--heldout / --cross-fit)")
 
 
 def check_out(path: Path, overwrite: bool):
