@@ -294,8 +294,12 @@ def test_slow_measurement_error_is_fitted_from_where_calibrate_starts_it(flights
     slow = gauss_markov_errors(flights, 0.3, 0.5, seed=8)
     truth = get_preset("nano").imu
     cfg = dataclasses.replace(EkfConfig(), acc_noise_density=truth.acc_density, gyro_noise_density=truth.gyro_density)
-    start = velocity_error_start(Point(cfg, 1.0), slow, list(VELOCITY_ERROR), log=lambda _m: None)
+    said: list[str] = []
+    start = velocity_error_start(Point(cfg, 1.0), slow, list(VELOCITY_ERROR), said.append)
     assert 0.2 < start.config.velocity_error_sigma < 0.45 and 0.25 < start.config.velocity_error_tau < 1.0
+    # fitted or not, τ starts at the errors' correlation time; not fitted, the line says it is kept
+    assert velocity_error_start(Point(cfg, 1.0), slow, ["velocity_error_sigma"], said.append) == start
+    assert "kept" not in said[0] and "kept" in said[1]
     fit = fit_noise(Objective(slow, "posterior"), start, list(VELOCITY_ERROR), max_evals=30, progress=False)
     sigma, tau = fit.values["velocity_error_sigma"], fit.values["velocity_error_tau"]
     assert 0.3 / 1.5 < sigma < 0.3 * 1.5, fit.values  # 0.334 when written

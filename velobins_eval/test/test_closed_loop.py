@@ -14,6 +14,7 @@ import pytest
 import torch
 from fixtures_datasets import hover_flight
 
+from velobins_common.errors import UserError
 from velobins_ekf.config import DISPLACEMENT_HISTORY_MARGIN, EkfConfig
 from velobins_eval.closed_loop import closed_loop_flight, filter_config_for, ground_truth_state
 from velobins_net.config import ModelConfig
@@ -84,6 +85,13 @@ def test_displacement_models_get_the_history_their_window_needs() -> None:
     assert filter_config_for(airio, short) is short  # a velocity model keeps the user's filter as given
     longer = EkfConfig(history_length=need + 3.0)
     assert filter_config_for(tlio, longer) is longer
+
+
+def test_a_displacement_model_refuses_the_velocity_error_model() -> None:
+    slow = EkfConfig(velocity_error_sigma=0.5)
+    assert filter_config_for(HoverOracle("airio"), slow) is slow
+    with pytest.raises(UserError, match="velocity_error_sigma"):
+        filter_config_for(HoverOracle("tlio"), slow)
 
 
 def test_every_evaluation_starts_the_filter_at_the_ground_truth() -> None:

@@ -41,7 +41,6 @@ from .calibrate_fit import (
     FITTABLE,
     NETWORK_FITTABLE,
     SCALE,
-    VELOCITY_ERROR,
     CalibrationFlight,
     CalibrationRefused,
     Objective,
@@ -333,19 +332,21 @@ def run_fit(args: argparse.Namespace, inputs: Inputs, flights: list, log: Callab
 def velocity_error_start(start: Point, flights: list[CalibrationFlight], names, log) -> Point:
     """``start`` with a slow-error model to fit from where ``--params`` left it white (σ_b = 0; the search is in
     log space): σ_b the RMS of the network's errors per axis, τ the mean of their correlation times
-    (:func:`error_times`) within [0.05, 5] s. Fields not in ``names`` and a σ_b > 0 from ``--params`` are kept."""
-    fitted = [n for n in VELOCITY_ERROR if n in names]
-    if not fitted or start.config.velocity_error_sigma > 0:
+    (:func:`error_times`) within [0.05, 5] s. τ is a property of the errors that ground truth shows directly, so it
+    stays there unless ``names`` has it too. A model from ``--params`` (σ_b > 0) is kept as it is."""
+    if "velocity_error_sigma" not in names or start.config.velocity_error_sigma > 0:
         return start
     err, _ = network_errors(flights)
     times = [x for x in error_times(flights)[1] if np.isfinite(x)]
     values = {"velocity_error_sigma": float(np.sqrt(np.mean(err**2)))}
-    if "velocity_error_tau" in fitted and times:
+    if times:
         values["velocity_error_tau"] = float(np.clip(np.mean(times), 0.05, 5.0))
     config = dataclasses.replace(start.config, **values)
+    how = "the mean time the errors stay correlated" if times else "from --params: the errors never decorrelate"
+    kept = "" if "velocity_error_tau" in names else ", kept"
     log(
         f"velocity error starts at sigma_b {config.velocity_error_sigma:.3g} m/s (RMS of the network's errors), "
-        f"tau {config.velocity_error_tau:.3g} s" + (" (how long they stay correlated)" if len(values) > 1 else "")
+        f"tau {config.velocity_error_tau:.3g} s ({how}{kept})"
     )
     return dataclasses.replace(start, config=config)
 
