@@ -24,6 +24,7 @@ from velobins_ekf.params import load_filter_config
 from velobins_eval.calibrate import (
     body_truth,
     error_persistence_line,
+    network_lines,
     overlay_text,
     spread,
     velocity_error_start,
@@ -311,3 +312,11 @@ def test_slow_measurement_error_is_fitted_from_where_calibrate_starts_it(flights
         gm["nees_in_bounds"] > 0.8
         and gm["nees_in_bounds"] > consistency(slow, cfg, white.values[SCALE])["nees_in_bounds"]
     )
+
+
+def test_a_fitted_error_faster_than_the_estimates_is_called_a_floor(flights):
+    """τ below the estimates' spacing makes b white noise beside s·σ̂²: the report says so; a slow one it does not."""
+    fast = Point(EkfConfig(velocity_error_sigma=2.0, velocity_error_tau=0.02), 30.0)
+    slow = Point(EkfConfig(velocity_error_sigma=2.0, velocity_error_tau=0.5), 30.0)
+    assert any("a floor under the network's variance" in line for line in network_lines(flights, 1.0, fast))
+    assert not any("floor" in line for line in network_lines(flights, 1.0, slow))

@@ -429,6 +429,14 @@ def network_lines(flights: list[CalibrationFlight], start_scale: float, fit: Poi
         + (f" (start s = {start_scale:.3g})" if start_scale != 1 else "")
     ]
     lines.append(error_persistence_line(flights))
+    dt = error_times(flights)[0]
+    if fit.config.velocity_error_sigma > 0 and fit.config.velocity_error_tau < dt:
+        lines.append(
+            f"the fitted velocity error decorrelates faster (tau {fit.config.velocity_error_tau:.3g} s) than the "
+            f"estimates come ({dt * 1e3:.0f} ms apart): it acts as white noise of sigma_b "
+            f"{fit.config.velocity_error_sigma:.3g} m/s added to s·σ̂², a floor under the network's variance, "
+            "not as a slow error"
+        )
     if ave >= speed:
         lines.append(
             "WARNING: the network's estimates are no better than 0 m/s (AVE >= mean speed): this calibrates a "
