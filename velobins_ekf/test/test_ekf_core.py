@@ -160,3 +160,18 @@ def test_config_rejects_bad_values() -> None:
         EkfConfig(acc_noise_density=-1.0)
     with pytest.raises(ValueError, match="history_length"):
         EkfConfig(history_length=float("nan"))
+
+
+def test_velocity_noise_floor_adds_its_variance_to_every_measurement() -> None:
+    """``velocity_noise_floor`` σ₀: the update is the plain one with R + σ₀² I, the recorded S included."""
+    s0 = generic_state()
+    z = s0.body_velocity + np.array([0.2, -0.1, 0.05])
+    r = np.diag([0.04, 0.09, 0.01])
+    floored = ErrorStateEkf(EkfConfig(velocity_noise_floor=0.3), s0)
+    plain = ErrorStateEkf(EkfConfig(), s0)
+    a = floored.update_velocity(z, r)
+    b = plain.update_velocity(z, r + np.eye(3) * 0.09)
+    np.testing.assert_allclose(a.innovation_cov, b.innovation_cov, rtol=1e-14)
+    np.testing.assert_allclose(floored.covariance, plain.covariance, rtol=1e-12, atol=1e-18)
+    np.testing.assert_allclose(floored.state.vel, plain.state.vel, rtol=1e-14)
+    assert a.nis < ErrorStateEkf(EkfConfig(), s0).update_velocity(z, r).nis  # a floor trusts z less

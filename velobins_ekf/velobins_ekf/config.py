@@ -54,6 +54,11 @@ class EkfConfig:
     init_sigma_gyro_bias: float = param(0.01, min=1e-7, max=1.0)
     """Initial gyroscope bias standard deviation [rad/s] per axis. Typical 0.005–0.05."""
 
+    velocity_noise_floor: float = param(0.0, min=0.0, max=10.0, live=True)
+    """Standard deviation [m/s] of white noise added to every velocity measurement's own, per body axis: the
+    update uses R + floor² I. A network's variance (times ``variance_scale``) can be small where its error is
+    not; a floor keeps the filter from trusting any one estimate beyond it. 0 (the default): R as given (the
+    paper). ``velobins calibrate --fit ...,velocity_noise_floor`` fits it with the scale. Typical 0 or 0.1–5."""
     velocity_error_sigma: float = param(0.0, min=0.0, max=10.0)
     """Standard deviation [m/s] per body axis of a slow error of the velocity measurements, modelled as a
     first-order Gauss-Markov process b appended to the error state (velobins_ekf.velocity_error): z = Rᵀv + b + n.
@@ -132,7 +137,7 @@ class EkfConfig:
             if not math.isfinite(float(value)):
                 raise ValueError(f"EkfConfig.{f.name}: must be finite, got {value!r}")
             nonneg = {"acc_random_walk", "gyro_random_walk", "gap_accel_sigma", "gap_rate_sigma"}
-            nonneg.add("velocity_error_sigma")
+            nonneg.update(("velocity_error_sigma", "velocity_noise_floor"))
             if f.name == "init_yaw":
                 continue
             if f.name in nonneg and value < 0:

@@ -296,7 +296,11 @@ class ErrorStateEkf:
 
     def update_velocity_unchecked(self, z: np.ndarray, r: np.ndarray, stamp: float = math.nan) -> UpdateResult:
         """:meth:`update_velocity` for inputs already validated by the caller: (3,) finite ``z``
-        and symmetric positive definite (3, 3) ``r`` (the streaming wrapper checks both)."""
+        and symmetric positive definite (3, 3) ``r`` (the streaming wrapper checks both).
+        ``config.velocity_noise_floor`` > 0 adds its variance to ``r`` here, the one place every update passes."""
+        floor = self.config.velocity_noise_floor
+        if floor > 0:
+            r = r + np.eye(3) * (floor * floor)
         st, p = self.state, self.cov
         if self._verr is not None:
             accepted, inn = self._update_velocity_error(z, r)

@@ -24,6 +24,7 @@ from velobins_ekf.params import load_filter_config
 from velobins_eval.calibrate import (
     body_truth,
     error_persistence_line,
+    floor_start,
     network_lines,
     overlay_text,
     spread,
@@ -32,6 +33,7 @@ from velobins_eval.calibrate import (
 )
 from velobins_eval.calibrate_fit import (
     EDGE_DECADES,
+    FLOOR,
     GRID_LOG10,
     SCALE,
     SCALE_LIMITS,
@@ -320,3 +322,18 @@ def test_a_fitted_error_faster_than_the_estimates_is_called_a_floor(flights):
     slow = Point(EkfConfig(velocity_error_sigma=2.0, velocity_error_tau=0.5), 30.0)
     assert any("a floor under the network's variance" in line for line in network_lines(flights, 1.0, fast))
     assert not any("floor" in line for line in network_lines(flights, 1.0, slow))
+
+
+def test_a_noise_floor_is_fitted_from_where_calibrate_starts_it(flights):
+    """Measurements whose white noise is 0.05 m/s as stated plus 0.3 m/s the statement leaves out: the floor starts
+    at 0.3 × their RMS and its fit lands near 0.3."""
+    rng = np.random.default_rng(9)
+    noisy = [dataclasses.replace(cf, z=cf.z + rng.normal(0.0, 0.3, cf.z.shape)) for cf in flights]
+    truth = get_preset("nano").imu
+    cfg = dataclasses.replace(EkfConfig(), acc_noise_density=truth.acc_density, gyro_noise_density=truth.gyro_density)
+    said: list[str] = []
+    start = floor_start(Point(cfg, 1.0), noisy, [FLOOR], said.append)
+    assert 0.06 < start.config.velocity_noise_floor < 0.15 and "floor starts at" in said[0]
+    assert floor_start(Point(cfg, 1.0), noisy, [SCALE], said.append) == Point(cfg, 1.0)  # not fitted: left at 0
+    fit = fit_noise(Objective(noisy, "posterior"), start, [FLOOR], max_evals=20, progress=False)
+    assert 0.2 < fit.values[FLOOR] < 0.45, fit.values

@@ -39,6 +39,7 @@ from velobins_data.flight import Flight
 
 from .calibrate_fit import (
     FITTABLE,
+    FLOOR,
     NETWORK_FITTABLE,
     SCALE,
     CalibrationFlight,
@@ -307,7 +308,7 @@ def run_fit(args: argparse.Namespace, inputs: Inputs, flights: list, log: Callab
     if inputs.mode == "synthetic":
         stage = imu_stage(args, inputs, inputs.start, list(args.fit), lambda: flights, log)
         return stage.point, [stage]
-    start = velocity_error_start(inputs.start, flights, args.fit, log)
+    start = floor_start(velocity_error_start(inputs.start, flights, args.fit, log), flights, args.fit, log)
     initial = dataclasses.replace(start, scale=own_scale(flights)) if SCALE in args.fit else None
     if initial is not None:
         log(f"s starts at {initial.scale:.4g} (mean e²/σ̂² of the network's estimates)")
@@ -327,6 +328,22 @@ def run_fit(args: argparse.Namespace, inputs: Inputs, flights: list, log: Callab
         stages.append(run_stage(f"{label} on its estimates", flights, point, network, args, log, initial))
         point = stages[-1].point
     return point, stages
+
+
+FLOOR_START = 0.3
+"""Where the fit of ``velocity_noise_floor`` starts when ``--params`` leaves it at 0: this share of the RMS of the
+network's errors (the search box spans ±1.5 decades around it)."""
+
+
+def floor_start(start: Point, flights: list[CalibrationFlight], names, log) -> Point:
+    """``start`` with ``velocity_noise_floor`` at :data:`FLOOR_START` × the RMS of the network's errors per axis when
+    it is fitted from 0 (the search is in log space); a floor from ``--params`` is kept."""
+    if FLOOR not in names or start.config.velocity_noise_floor > 0:
+        return start
+    err, _ = network_errors(flights)
+    floor = FLOOR_START * float(np.sqrt(np.mean(err**2)))
+    log(f"velocity noise floor starts at {floor:.3g} m/s ({FLOOR_START:g} × the RMS of the network's errors)")
+    return dataclasses.replace(start, config=dataclasses.replace(start.config, velocity_noise_floor=floor))
 
 
 def velocity_error_start(start: Point, flights: list[CalibrationFlight], names, log) -> Point:
@@ -386,6 +403,8 @@ def fitted_table(
     objective = Objective(flights, kind, workers)
     try:
         for label, point in ((before, start), ("after (fitted)", fitted)):
+            if point.config.velocity_noise_floor > 0:
+                label += f"; velocity noise floor {point.config.velocity_noise_floor:.3g} m/s"
             if point.config.velocity_error_sigma > 0:
                 label += f"; velocity error σ_b {point.config.velocity_error_sigma:.3g} m/s, τ "
                 label += f"{point.config.velocity_error_tau:.3g} s"

@@ -57,6 +57,8 @@ SCALE = "variance_scale"
 """The network variance scale s (``velobins_net: predictor: variance_scale``), fittable beside the EKF fields."""
 VELOCITY_ERROR = ("velocity_error_sigma", "velocity_error_tau")
 """The EKF's model of a slow error of the velocity measurements (:mod:`velobins_ekf.velocity_error`): σ_b and τ."""
+FLOOR = "velocity_noise_floor"
+"""The EKF's white noise added to every velocity measurement's variance (R + floor² I)."""
 EKF_FITTABLE = (
     "acc_noise_density",
     "gyro_noise_density",
@@ -64,12 +66,13 @@ EKF_FITTABLE = (
     "gyro_random_walk",
     "init_sigma_acc_bias",
     "init_sigma_gyro_bias",
+    FLOOR,
     *VELOCITY_ERROR,
 )
 """EKF noise fields ``calibrate`` can fit."""
 FITTABLE = (*EKF_FITTABLE, SCALE)
 """Everything ``--fit`` accepts."""
-NETWORK_FITTABLE = (SCALE, *VELOCITY_ERROR)
+NETWORK_FITTABLE = (SCALE, FLOOR, *VELOCITY_ERROR)
 """The fields that describe the network's errors: fitted to its estimates only, never to synthetic measurements."""
 DEFAULT_FIT = ("acc_noise_density", "gyro_noise_density")
 """Fitted by default (with :data:`SCALE` added when the measurements come from a network). The random walks
