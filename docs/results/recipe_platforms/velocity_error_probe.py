@@ -25,6 +25,10 @@ themselves (what the model could give, not a recipe). The fitting flights are ei
   by ``velobins simulate --preset <platform> --flights 9 --seconds 60 --seed 29``; ``eval_calset``: ``velobins
   evaluate`` on them with the run's overlay).
 
+Item 19 built this model into the product (``filter.velocity_error_sigma`` and ``velocity_error_tau``,
+``velobins_ekf.velocity_error``, fitted by ``velobins calibrate``); the loop below stays as the record of item 17's
+figures (it applies each update at the next IMU stamp, the product at the update's own).
+
 Usage: python velocity_error_probe.py STUDY_DIR PLATFORM {heldout,calset} [--white-only] RUN...
 (PLATFORM: rpm or nano; --white-only: the white filters only)
 """
