@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from velobins_ekf.so3 import right_jacobian, so3_exp
-from velobins_ekf.state import DIM, POS, ROT, NavState
+from velobins_ekf.state import DIM, POS, ROT, NavState, join_blocks, split_blocks
 
 CLONE_DIM = 6
 """Error dimension of one clone: ``[δθ, δp]``."""
@@ -89,20 +89,12 @@ def clone_jacobian() -> np.ndarray:
 
 def assemble(nav_cov: np.ndarray, clones: CloneSet) -> np.ndarray:
     """The full covariance ``[[P_xx, P_xc], [P_xcᵀ, P_cc]]`` of ``[δx, δc]`` (a new array)."""
-    n = DIM + CLONE_DIM * len(clones)
-    full = np.empty((n, n))
-    full[:DIM, :DIM] = nav_cov
-    full[:DIM, DIM:] = clones.cross
-    full[DIM:, :DIM] = clones.cross.T
-    full[DIM:, DIM:] = clones.cov
-    return full
+    return join_blocks(nav_cov, clones.cross, clones.cov)
 
 
 def split(full: np.ndarray, nav_cov: np.ndarray, clones: CloneSet) -> None:
     """Write a full covariance back into ``nav_cov`` (in place) and the clone blocks."""
-    nav_cov[...] = full[:DIM, :DIM]
-    clones.cross = full[:DIM, DIM:].copy()
-    clones.cov = full[DIM:, DIM:].copy()
+    clones.cross, clones.cov = split_blocks(full, nav_cov)
 
 
 def augment(state: NavState, nav_cov: np.ndarray, clones: CloneSet, t: float) -> None:

@@ -7,10 +7,9 @@ and the velocity update (:mod:`velobins_ekf.update`: ``H``, Joseph form, injecti
 It adds the bookkeeping: deferred propagation (blocks through :mod:`velobins_ekf.batch`, single
 intervals through :func:`velobins_ekf.nominal.nominal_step`), symmetrisation and a PD guard. For displacement
 methods (TLIO, EqNIO, IMO) it also keeps cloned past poses (:mod:`velobins_ekf.clone`) and fuses
-the displacement between a clone and the current pose (:mod:`velobins_ekf.displacement`). With
-``config.velocity_error_sigma`` > 0 it keeps a slow error of the velocity measurements beside the state
-(:mod:`velobins_ekf.velocity_error`). Without clones and that error every step is the 15-D filter's,
-operation for operation.
+the displacement between a clone and the current pose (:mod:`velobins_ekf.displacement`), and optionally a slow
+error of the velocity measurements (:mod:`velobins_ekf.velocity_error`). Without either, every step is the 15-D
+filter's, operation for operation.
 """
 
 from __future__ import annotations
@@ -302,9 +301,12 @@ class ErrorStateEkf:
         if floor > 0:
             r = r + np.eye(3) * (floor * floor)
         st, p = self.state, self.cov
-        if self._verr is not None:
-            accepted, inn = self._update_velocity_error(z, r)
-            return self._result(stamp, accepted, inn.y, inn.s, inn.nis)
+        if self._verr is not None:  # z = Rᵀv + b + n: the update of [δx, δb]
+            gate = self.config.gate_threshold if self.config.gate_enabled else None
+            inn, p_new = ve.kalman_update(st, p, self._verr, z, r, gate)
+            if p_new is not None:
+                ve.split(positive_definite(p_new), self._cov, self._verr)
+            return self._result(stamp, p_new is not None, inn.y, inn.s, inn.nis)
         if len(self._clones):  # the clones are correlated with the state: the update moves them too
             h_jac = measurement_jacobian(st)
             h = np.zeros((3, p.shape[0] + cl.CLONE_DIM * len(self._clones)))
@@ -319,23 +321,6 @@ class ErrorStateEkf:
         self._cov[...] = positive_definite(p_new)
         return self._result(stamp, True, inn.y, inn.s, inn.nis)
 
-    def _update_velocity_error(self, z: np.ndarray, r: np.ndarray) -> tuple[bool, Innovation]:
-        """The velocity update of ``[δx, δb]`` for ``z = Rᵀv + b + n`` (:mod:`velobins_ekf.velocity_error`): the
-        same gain, Joseph form and injection as the 15-D update, on the augmented covariance; b is additive."""
-        st, err = self._state, self._verr
-        h = ve.measurement_jacobian(measurement_jacobian(st))
-        p = ve.assemble(self._cov, err)
-        pht = p @ h.T
-        inn = kalman_innovation(z - st.rot.T @ st.vel - err.value, pht, h @ pht, r, h)
-        if self.config.gate_enabled and inn.nis > self.config.gate_threshold:
-            return False, inn
-        p_new = updated_covariance(p, inn, r)
-        dx = inn.gain @ inn.y
-        inject(st, dx[:DIM], p_new)
-        err.value = err.value + dx[DIM:]
-        ve.split(positive_definite(p_new), self._cov, err)
-        return True, inn
-
     @property
     def velocity_error(self) -> ve.VelocityError | None:
         """The slow velocity-measurement error b and its blocks (live object), None when the filter models the
@@ -344,8 +329,7 @@ class ErrorStateEkf:
         return self._verr
 
     def set_velocity_error(self, err: ve.VelocityError | None) -> None:
-        """Replace b and its blocks (a copy is kept), e.g. with a snapshot's after :meth:`reset`; None keeps the
-        prior :meth:`reset` gave."""
+        """Replace b and its blocks by a copy of ``err`` (a snapshot's, after :meth:`reset`); None: keep the prior."""
         self.flush()
         if err is not None and self._verr is not None:
             self._verr = err.copy()

@@ -128,3 +128,22 @@ def with_pose(
     else:
         p[np.ix_(idx, idx)] = back @ c6 @ back.T
     return out, p
+
+
+def join_blocks(nav_cov: np.ndarray, cross: np.ndarray, cov: np.ndarray) -> np.ndarray:
+    """The covariance ``[[P_xx, P_xa], [P_xaᵀ, P_aa]]`` of the navigation error and states appended beside it (the
+    clones, the velocity-measurement error), from its blocks: a new array."""
+    n = DIM + cov.shape[0]
+    full = np.empty((n, n))
+    full[:DIM, :DIM] = nav_cov
+    full[:DIM, DIM:] = cross
+    full[DIM:, :DIM] = cross.T
+    full[DIM:, DIM:] = cov
+    return full
+
+
+def split_blocks(full: np.ndarray, nav_cov: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`join_blocks` undone: ``nav_cov`` := the navigation block (in place); returns copies of
+    ``(P_xa, P_aa)``."""
+    nav_cov[...] = full[:DIM, :DIM]
+    return full[:DIM, DIM:].copy(), full[DIM:, DIM:].copy()

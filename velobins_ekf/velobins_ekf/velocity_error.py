@@ -21,7 +21,7 @@ own 15x15 array:
 The augmented transition is ``diag(Φ, a I)`` and the noise ``diag(Q, σ_b²(1 − a²) I)``, so a block of
 intervals with navigation transition Φ and total length T moves the blocks exactly as one step does
 (:func:`propagate`): ``P_xb ← a Φ P_xb``, ``P_bb ← a² P_bb + σ_b²(1 − a²) I`` with ``a = exp(−T/τ)``. The velocity
-update's Jacobian gains ``∂z/∂b = I`` (:func:`measurement_jacobian`); b is additive, so its injection needs no
+update's Jacobian gains ``∂z/∂b = I`` (:func:`kalman_update`); b is additive, so its injection needs no
 reset. The outputs (odometry, records) are the vehicle's velocity ``Rᵀv``, never ``Rᵀv + b``.
 """
 
@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from velobins_ekf.state import DIM
+from velobins_ekf.state import DIM, NavState, join_blocks, split_blocks
+from velobins_ekf.update import Innovation, inject, kalman_innovation, measurement_jacobian, updated_covariance
 
 ERROR_DIM = 3
 """Dimension of b."""
@@ -78,7 +79,7 @@ def propagate(err: VelocityError, phi: np.ndarray, dt: float) -> None:
     err.cov = err.cov * (a * a) + np.eye(ERROR_DIM) * (err.sigma * err.sigma * (1.0 - a * a))
 
 
-def measurement_jacobian(h_nav: np.ndarray) -> np.ndarray:
+def augmented_jacobian(h_nav: np.ndarray) -> np.ndarray:
     """The velocity update's Jacobian (3 x 18) of ``z = Rᵀv + b`` from the navigation part ``h_nav`` (3 x 15)."""
     h = np.zeros((3, DIM + ERROR_DIM))
     h[:, :DIM] = h_nav
@@ -86,18 +87,31 @@ def measurement_jacobian(h_nav: np.ndarray) -> np.ndarray:
     return h
 
 
+def kalman_update(
+    state: NavState, nav_cov: np.ndarray, err: VelocityError, z: np.ndarray, r: np.ndarray, gate: float | None
+) -> tuple[Innovation, np.ndarray | None]:
+    """The velocity update of ``[δx, δb]`` for ``z = Rᵀv + b + n``: the 15-D update's gain and Joseph form
+    (:mod:`velobins_ekf.update`) on the augmented covariance, the error injected into ``state`` and ``err.value``
+    (b is additive: no reset). Returns the innovation and the updated 18x18 covariance for the caller's PD guard and
+    :func:`split`, or None (nothing changed) when the NIS exceeds ``gate``."""
+    h = augmented_jacobian(measurement_jacobian(state))
+    p = assemble(nav_cov, err)
+    pht = p @ h.T
+    inn = kalman_innovation(z - state.rot.T @ state.vel - err.value, pht, h @ pht, r, h)
+    if gate is not None and inn.nis > gate:
+        return inn, None
+    p_new = updated_covariance(p, inn, r)
+    dx = inn.gain @ inn.y
+    inject(state, dx[:DIM], p_new)
+    err.value = err.value + dx[DIM:]
+    return inn, p_new
+
+
 def assemble(nav_cov: np.ndarray, err: VelocityError) -> np.ndarray:
     """The covariance ``[[P_xx, P_xb], [P_xbᵀ, P_bb]]`` of ``[δx, δb]`` (a new array)."""
-    full = np.empty((DIM + ERROR_DIM, DIM + ERROR_DIM))
-    full[:DIM, :DIM] = nav_cov
-    full[:DIM, DIM:] = err.cross
-    full[DIM:, :DIM] = err.cross.T
-    full[DIM:, DIM:] = err.cov
-    return full
+    return join_blocks(nav_cov, err.cross, err.cov)
 
 
 def split(full: np.ndarray, nav_cov: np.ndarray, err: VelocityError) -> None:
     """Write an augmented covariance back into ``nav_cov`` (in place) and ``err``'s blocks."""
-    nav_cov[...] = full[:DIM, :DIM]
-    err.cross = full[:DIM, DIM:].copy()
-    err.cov = full[DIM:, DIM:].copy()
+    err.cross, err.cov = split_blocks(full, nav_cov)

@@ -21,15 +21,13 @@ from velobins_data.sim.flight import simulate_flight
 from velobins_data.sim.presets import get_preset
 from velobins_ekf.config import EkfConfig
 from velobins_ekf.params import load_filter_config
-from velobins_eval.calibrate import (
+from velobins_eval.calibrate import overlay_text, spread, yaml_float
+from velobins_eval.calibrate_errors import (
     body_truth,
     error_persistence_line,
     floor_start,
     network_lines,
-    overlay_text,
-    spread,
     velocity_error_start,
-    yaml_float,
 )
 from velobins_eval.calibrate_fit import (
     EDGE_DECADES,

@@ -23,7 +23,6 @@ from velobins_eval.calibrate import (
     load,
     measurements,
     mode_of,
-    network_lines,
     overlay_header,
     overlay_text,
     run_fit,
@@ -31,6 +30,7 @@ from velobins_eval.calibrate import (
     stage_lines,
 )
 from velobins_eval.calibrate_allan import ALLAN_FIELDS
+from velobins_eval.calibrate_errors import network_lines
 from velobins_eval.calibrate_fit import (
     DEFAULT_FIT,
     FITTABLE,
