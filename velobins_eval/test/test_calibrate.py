@@ -23,7 +23,6 @@ from velobins_ekf.config import EkfConfig
 from velobins_ekf.params import load_filter_config
 from velobins_eval.calibrate import overlay_text, spread, yaml_float
 from velobins_eval.calibrate_errors import (
-    body_truth,
     error_persistence_line,
     floor_start,
     network_lines,
@@ -108,7 +107,7 @@ def test_error_persistence_says_how_long_the_errors_last(flights):
         e[0] = rng.standard_normal(3)
         for k in range(1, len(e)):
             e[k] = phi * e[k - 1] + math.sqrt(1 - phi * phi) * rng.standard_normal(3)
-        lasting.append(dataclasses.replace(cf, z=body_truth(cf) + 0.05 * e))
+        lasting.append(dataclasses.replace(cf, z=cf.v_body_true + 0.05 * e))
     line = error_persistence_line(lasting)
     times = seconds(line)
     assert len(times) == 3 and all(0.33 < x < 0.75 for x in times), line

@@ -18,8 +18,14 @@ from .calibrate_fit import FLOOR, CalibrationFlight, Point, variance_scale
 
 def network_errors(flights: list[CalibrationFlight]) -> tuple[np.ndarray, np.ndarray]:
     """(errors e = z − v_body_true, variances σ̂²), (U, 3) each, over all calibration flights."""
-    err = np.concatenate([cf.z - body_truth(cf) for cf in flights])
+    err = np.concatenate([cf.z - cf.v_body_true for cf in flights])
     return err, np.concatenate([cf.var for cf in flights])
+
+
+def error_rms(flights: list[CalibrationFlight]) -> float:
+    """RMS of the network's errors per axis [m/s] (where the fits of σ_b and of the noise floor start)."""
+    err, _ = network_errors(flights)
+    return float(np.sqrt(np.mean(err**2)))
 
 
 def own_scale(flights: list[CalibrationFlight]) -> float:
@@ -44,8 +50,8 @@ def network_lines(flights: list[CalibrationFlight], start_scale: float, fit: Poi
         f"{nll(fit.scale):.3f} at the fitted s = {fit.scale:.3g}"
         + (f" (start s = {start_scale:.3g})" if start_scale != 1 else "")
     ]
-    lines.append(error_persistence_line(flights))
-    dt = error_times(flights)[0]
+    dt, per_axis = error_times(flights)
+    lines.append(persistence_line(dt, per_axis))
     if fit.config.velocity_error_sigma > 0 and fit.config.velocity_error_tau < dt:
         lines.append(
             f"the fitted velocity error decorrelates faster (tau {fit.config.velocity_error_tau:.3g} s) than the "
@@ -68,7 +74,11 @@ def error_persistence_line(flights: list[CalibrationFlight]) -> str:
     (consecutive windows share most of their samples) carry less information than the filter counts, and the fitted
     s grows past the network's own best to make up for it.
     """
-    dt, per_axis = error_times(flights)
+    return persistence_line(*error_times(flights))
+
+
+def persistence_line(dt: float, per_axis: np.ndarray) -> str:
+    """:func:`error_persistence_line` from :func:`error_times`' figures."""
     if not per_axis.size:
         return "network errors: too few estimates per flight to say how long they stay correlated"
     times = ", ".join("longer than the flights" if not np.isfinite(x) else f"{x:.2f} s" for x in per_axis)
@@ -86,14 +96,7 @@ def error_times(flights: list[CalibrationFlight]) -> tuple[float, np.ndarray]:
     if not steps:
         return float("nan"), np.empty(0)
     dt = float(np.median(np.concatenate(steps)))
-    return dt, correlation_time([(cf.z - body_truth(cf)) / np.sqrt(cf.var) for cf in flights], dt)
-
-
-def body_truth(cf: CalibrationFlight) -> np.ndarray:
-    """Ground-truth body velocity at the measurement stamps."""
-    from .scoring import GroundTruth
-
-    return GroundTruth.of(cf.flight).at(cf.t).body_velocity
+    return dt, correlation_time([(cf.z - cf.v_body_true) / np.sqrt(cf.var) for cf in flights], dt)
 
 
 FLOOR_START = 0.3
@@ -106,8 +109,7 @@ def floor_start(start: Point, flights: list[CalibrationFlight], names, log) -> P
     it is fitted from 0 (the search is in log space); a floor from ``--params`` is kept."""
     if FLOOR not in names or start.config.velocity_noise_floor > 0:
         return start
-    err, _ = network_errors(flights)
-    floor = FLOOR_START * float(np.sqrt(np.mean(err**2)))
+    floor = FLOOR_START * error_rms(flights)
     log(f"velocity noise floor starts at {floor:.3g} m/s ({FLOOR_START:g} × the RMS of the network's errors)")
     return dataclasses.replace(start, config=dataclasses.replace(start.config, velocity_noise_floor=floor))
 
@@ -119,9 +121,8 @@ def velocity_error_start(start: Point, flights: list[CalibrationFlight], names, 
     stays there unless ``names`` has it too. A model from ``--params`` (σ_b > 0) is kept as it is."""
     if "velocity_error_sigma" not in names or start.config.velocity_error_sigma > 0:
         return start
-    err, _ = network_errors(flights)
     times = [x for x in error_times(flights)[1] if np.isfinite(x)]
-    values = {"velocity_error_sigma": float(np.sqrt(np.mean(err**2)))}
+    values = {"velocity_error_sigma": error_rms(flights)}
     if times:
         values["velocity_error_tau"] = float(np.clip(np.mean(times), 0.05, 5.0))
     config = dataclasses.replace(start.config, **values)

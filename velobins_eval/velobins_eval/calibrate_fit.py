@@ -116,9 +116,12 @@ class CalibrationFlight:
     """(U, 3) their variances [m²/s²] as the measurement source states them (network: σ̂², unscaled)."""
     v_true: np.ndarray = field(init=False, repr=False)
     """(U, 3) ground-truth world velocity at ``t`` (the posterior objective's reference)."""
+    v_body_true: np.ndarray = field(init=False, repr=False)
+    """(U, 3) ground-truth body velocity at ``t`` (what the measurements' errors are taken against)."""
 
     def __post_init__(self) -> None:
-        self.v_true = GroundTruth.of(self.flight).at(self.t).v
+        truth = GroundTruth.of(self.flight).at(self.t)
+        self.v_true, self.v_body_true = truth.v, truth.body_velocity
 
 
 def synthetic_measurements(
