@@ -39,7 +39,9 @@ from velobins_data.flight import Flight
 from .calibrate_errors import floor_start, own_scale, velocity_error_start
 from .calibrate_fit import (
     FITTABLE,
+    LIKELIHOODS,
     NETWORK_FITTABLE,
+    OBJECTIVE_UNITS,
     SCALE,
     CalibrationFlight,
     CalibrationRefused,
@@ -61,6 +63,12 @@ exact at the IMU rate (``allan``: simulated flights, static logs; :mod:`velobins
 ground truth + white noise of a known σ (``synthetic``: the filter's model is then exact), or jointly with s to the
 network's estimates (``network``); ``auto`` is ``allan`` where the flights allow it, else ``synthetic``
 (:func:`imu_stage`). docs/calibrate.md."""
+OBJECTIVE_WORDS = {
+    "posterior": "posterior NLL per update",
+    "innovation": "innovation NLL per update",
+    "accuracy": "fused velocity error per update (AVE) for the network's fields, posterior NLL for the IMU's",
+}
+"""How the overlay's header names each ``--objective``."""
 
 
 def mode_of(args: argparse.Namespace) -> str:
@@ -239,11 +247,19 @@ class Stage:
 
 
 def run_stage(
-    label: str, flights: list, start: Point, names, args: argparse.Namespace, log, initial: Point | None = None
+    label: str,
+    flights: list,
+    start: Point,
+    names,
+    args: argparse.Namespace,
+    log,
+    initial: Point | None = None,
+    kind: str | None = None,
 ) -> Stage:
-    """:func:`~velobins_eval.calibrate_fit.fit_noise` of ``names`` on ``flights``, then its curvature."""
+    """:func:`~velobins_eval.calibrate_fit.fit_noise` of ``names`` on ``flights`` (objective ``kind``, else
+    ``--objective``), then its curvature."""
     log(f"{label}: fitting {', '.join(names)}")
-    objective = Objective(flights, args.objective, args.workers)
+    objective = Objective(flights, kind or args.objective, args.workers)
     try:
         fit = fit_noise(objective, start, names, args.grid_points, args.max_evals, True, log, initial=initial)
         limits = [log_limits(n) for n in fit.names]
@@ -294,7 +310,8 @@ def imu_stage(
                 raise
             log(f"the Allan variance is not usable on these flights, so the IMU noise is fitted instead: {exc}")
     label = f"IMU noise on ground truth + N(0, {args.meas_sigma:g}²)"
-    return run_stage(label, synthetic_flights(), point, names, args, log)
+    kind = args.objective if args.objective in LIKELIHOODS else "posterior"  # accuracy scores the network's fields
+    return run_stage(label, synthetic_flights(), point, names, args, log, kind=kind)
 
 
 def run_fit(args: argparse.Namespace, inputs: Inputs, flights: list, log: Callable[[str], None] = print):
@@ -351,7 +368,7 @@ def stage_lines(stages: list[Stage]) -> list[str]:
 
 
 TABLE_HEADER = (
-    "| {} | acc [m/s²/√Hz] | gyro [rad/s/√Hz] | s | objective [nats/update] | AVE [m/s] | NEES median | NEES in 95 % |"
+    "| {} | acc [m/s²/√Hz] | gyro [rad/s/√Hz] | s | objective [{}] | AVE [m/s] | NEES median | NEES in 95 % |"
 )
 
 
@@ -359,7 +376,7 @@ def fitted_table(
     flights: list[CalibrationFlight], start: Point, fitted: Point, kind: str, workers: int, before: str = "before"
 ) -> list[str]:
     """The before/after table on ``flights``: the objective, fused AVE, NEES median and share in bounds."""
-    rows = [TABLE_HEADER.format("filter"), "|---|---|---|---|---|---|---|---|"]
+    rows = [TABLE_HEADER.format("filter", OBJECTIVE_UNITS[kind]), "|---|---|---|---|---|---|---|---|"]
     objective = Objective(flights, kind, workers)
     try:
         for label, point in ((before, start), ("after (fitted)", fitted)):
@@ -398,7 +415,7 @@ def overlay_header(args: argparse.Namespace, inputs: Inputs, stages: list[Stage]
         f"Flights: {len(inputs.flights)} of {inputs.available} ({seconds:.0f} s): "
         + ", ".join(f.name for f in inputs.flights),
         f"Measurements: {source}.",
-        f"Objective: {args.objective} NLL per update (filter started from ground truth), minimised in log10 space "
+        f"Objective: {OBJECTIVE_WORDS[args.objective]} (filter started from ground truth), minimised in log10 space "
         f"({', '.join(st.label for st in stages)}). docs/calibrate.md.",
         "",
         *report,

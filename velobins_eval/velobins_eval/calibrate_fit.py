@@ -9,7 +9,7 @@ The measurements (:class:`CalibrationFlight`) are either the network's own estim
 never saw (:mod:`velobins_eval.calibrate_measure`: a held-out set, or cross-fitting) or, without a
 network, ground truth plus seeded white noise of a known σ (:func:`synthetic_measurements`).
 
-Two objectives, both a Gaussian negative log-likelihood per update (lower is better):
+Three objectives, each a mean per update (lower is better); the first two are Gaussian negative log-likelihoods:
 
 * ``posterior`` (default): the log score of the filter's *fused* velocity against ground truth,
   ½(eᵀP⁻¹e + log det P + 3 log 2π), e = v̂_fused − v_true, P its covariance after the update.
@@ -23,6 +23,11 @@ Two objectives, both a Gaussian negative log-likelihood per update (lower is bet
   noise (then the innovations are independent N(0, S)); it needs no ground truth beyond the start.
   With correlated measurement errors it mistakes their slow part for motion and trades it into the
   IMU noise (docs/calibrate.md measures how far).
+* ``accuracy``: not a likelihood but the fused velocity's error, ‖v̂_fused − v_true‖ per update (its mean is
+  the fused AVE at the updates). For the network's fields only: with errors that last 0.5–1 s a white filter
+  that is consistent on average still follows each slow error, and through the turns of a flight into its
+  heading; the s that makes the fused velocity most *accurate* is then larger than the most *consistent* one
+  (recipe study item 20 measures both). The IMU stage of a fit keeps ``posterior``.
 
 Search, in log₁₀ space (scale-free steps, every value positive): an optional coarse grid over the
 densities, then Nelder–Mead inside a *search box*. A fit within :data:`EDGE_DECADES` of a box edge
@@ -77,8 +82,12 @@ NETWORK_FITTABLE = (SCALE, FLOOR, *VELOCITY_ERROR)
 DEFAULT_FIT = ("acc_noise_density", "gyro_noise_density")
 """Fitted by default (with :data:`SCALE` added when the measurements come from a network). The random walks
 barely move the objective; the initial bias sigmas do (docs/calibrate.md) and can be added with ``--fit``."""
-OBJECTIVES = ("posterior", "innovation")
+OBJECTIVES = ("posterior", "innovation", "accuracy")
 """``--objective`` values (module docstring)."""
+LIKELIHOODS = ("posterior", "innovation")
+"""The :data:`OBJECTIVES` that are likelihoods: the ones a fit of IMU noise may use."""
+OBJECTIVE_UNITS = {"posterior": "nats/update", "innovation": "nats/update", "accuracy": "m/s"}
+"""Unit of each objective's value (the report's table)."""
 GRID_LOG10 = {"acc_noise_density": (-2.5, 0.0), "gyro_noise_density": (-3.5, -1.0)}
 """log₁₀ range of the first search box (and the coarse grid) per density: acc 0.003–1 m/s²/√Hz, gyro
 3e-4–0.1 rad/s/√Hz (MEMS in flight, vibration included). Other fields start with a box of ±:data:`BOX_DECADES`
@@ -148,7 +157,7 @@ def innovation_nll(updates: Sequence) -> tuple[float, int]:
 
 
 def flight_terms(cf: CalibrationFlight, config, scale: float, kind: str) -> tuple[np.ndarray, np.ndarray]:
-    """(stamps (U,), per-update NLL terms (U,)) of the filter ``config`` on one flight, measurement variance
+    """(stamps (U,), per-update objective terms (U,)) of the filter ``config`` on one flight, measurement variance
     ``scale``·``cf.var``; ``kind`` is an :data:`OBJECTIVES` entry. Only accepted updates count."""
     from velobins_ekf.offline import run_offline
 
@@ -172,11 +181,12 @@ def flight_terms(cf: CalibrationFlight, config, scale: float, kind: str) -> tupl
     stamps = np.array([u.stamp for u in ups])
     if kind == "innovation":
         terms = gaussian_nll_samples(np.array([u.innovation for u in ups]), np.array([u.innovation_cov for u in ups]))
-    else:
-        index = np.clip(np.searchsorted(cf.t, stamps), 0, len(cf.t) - 1)
-        err = np.array([u.vel_world for u in ups]) - cf.v_true[index]
-        terms = gaussian_nll_samples(err, np.array([u.vel_world_cov for u in ups]))
-    return stamps, terms
+        return stamps, terms
+    index = np.clip(np.searchsorted(cf.t, stamps), 0, len(cf.t) - 1)
+    err = np.array([u.vel_world for u in ups]) - cf.v_true[index]
+    if kind == "accuracy":
+        return stamps, np.linalg.norm(err, axis=1)
+    return stamps, gaussian_nll_samples(err, np.array([u.vel_world_cov for u in ups]))
 
 
 @dataclass(frozen=True)
@@ -192,10 +202,10 @@ class Point:
 
 
 class Objective:
-    """Mean NLL per update of a :class:`Point` over the flights (``kind``: an :data:`OBJECTIVES` entry).
+    """Mean objective term per update of a :class:`Point` over the flights (``kind``: an :data:`OBJECTIVES` entry).
 
     Flights are filtered in ``workers`` processes when > 1 (:class:`~velobins_eval.calibrate_pool.FlightPool`).
-    :meth:`blocks` gives the NLL summed per ``block_s`` of each flight: the units the curvature's robust
+    :meth:`blocks` gives the terms summed per ``block_s`` of each flight: the units the curvature's robust
     (sandwich) uncertainty treats as independent (:mod:`velobins_eval.calibrate_uncertainty`).
     """
 
@@ -211,7 +221,7 @@ class Objective:
         self.pool.close()
 
     def terms(self, point: Point) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Per flight: (stamps, per-update NLL terms)."""
+        """Per flight: (stamps, per-update objective terms)."""
         self.evaluations += 1
         return self.pool.map(point.config, point.scale, self.kind)
 
@@ -223,7 +233,7 @@ class Objective:
         return float(sum(t.sum() for _, t in per_flight)) / count
 
     def blocks(self, point: Point, block_s: float) -> np.ndarray:
-        """NLL summed per ``block_s`` seconds of each flight (all blocks of all flights, in order)."""
+        """Objective terms summed per ``block_s`` seconds of each flight (all blocks of all flights, in order)."""
         out = []
         for cf, (stamps, terms), count in zip(self.flights, self.terms(point), self.block_counts(block_s), strict=True):
             index = np.clip(((stamps - cf.flight.t[0]) // block_s).astype(int), 0, count - 1)  # ends: edge blocks
@@ -283,7 +293,7 @@ class FitResult:
     point: Point
     """The fit: the start config with the fitted fields replaced, and s."""
     objective: float
-    """Mean NLL per update at the fit [nats]."""
+    """The objective per update at the fit (nats, or m/s for ``accuracy``)."""
     start_objective: float
     """The same at the start."""
     names: tuple[str, ...]
@@ -328,7 +338,7 @@ def fit_noise(
     inside the search box, widened where the fit lands on an edge (module docstring).
 
     Args:
-        objective: the flights and the NLL kind (:class:`Objective`).
+        objective: the flights and the objective kind (:class:`Objective`).
         start: the 'before' point (its other fields are kept in the fit); a fitted field must be > 0.
         names: fields to fit (:data:`FITTABLE`).
         grid_points: grid values per density in :data:`GRID_LOG10` (1 skips the grid).
@@ -347,6 +357,7 @@ def fit_noise(
         if start.value(n) <= 0:
             raise UserError(f"calibrate: cannot fit {n} from a start value of 0 (set it > 0 in --params)")
     say = log or (lambda _msg: None)
+    unit = OBJECTIVE_UNITS[objective.kind]
     x_start = log_values(start, names)
 
     def value(x: np.ndarray) -> float:
@@ -372,16 +383,16 @@ def fit_noise(
             if f < best_f:
                 best_x, best_f = x, f
         grid_desc = ", ".join(f"{names[i]} {10 ** best_x[i]:.4g}" for i in gridded)
-        say(f"grid ({mesh.shape[0]} points): best {grid_desc}, objective {best_f:.4f} nats/update")
+        say(f"grid ({mesh.shape[0]} points): best {grid_desc}, objective {best_f:.4f} {unit}")
     widened: list[str] = []
     for rounds in range(MAX_WIDENINGS + 1):
         best_x, best_f, message = refine(value, best_x, best_f, boxes, max_evals)
-        say(f"refinement: objective {best_f:.4f} nats/update ({message})")
+        say(f"refinement: objective {best_f:.4f} {unit} ({message})")
         edges = at_edges(names, best_x, boxes)
         if not edges:
             break
         for i, side in edges:
-            line = widen(names[i], side, best_x[i], boxes, i, rounds, best_f)
+            line = widen(names[i], side, best_x[i], boxes, i, rounds, f"{best_f:.4f} {unit}")
             widened.append(line)
             say(line)
     return FitResult(
@@ -396,15 +407,15 @@ def fit_noise(
     )
 
 
-def widen(name: str, side: str, x: float, boxes: list, i: int, rounds: int, objective: float) -> str:
+def widen(name: str, side: str, x: float, boxes: list, i: int, rounds: int, objective: str) -> str:
     """Move the ``side`` edge of ``boxes[i]`` out by :data:`WIDEN_DECADES` · 2^``rounds`` (clipped to the field's
     limit) and return the line that says so; refuse (:class:`CalibrationRefused`) a fit at the limit itself, or
-    one still at an edge after :data:`MAX_WIDENINGS` widenings."""
+    one still at an edge after :data:`MAX_WIDENINGS` widenings. ``objective``: the value and unit a refusal quotes."""
     limit = log_limits(name)[0 if side == "lower" else 1]
     if abs(x - limit) <= EDGE_DECADES:
         raise CalibrationRefused(
             f"calibrate: refused: {name} ended at a bound of its search, its {side} limit {10**limit:.3g}: the "
-            f"objective keeps improving toward it ({objective:.4f} nats/update), so the flights do not determine it "
+            f"objective keeps improving toward it ({objective}), so the flights do not determine it "
             "(a frozen or noise-free IMU? too little flight?). Fix it with --params and leave it out of --fit, or "
             "calibrate on more or other flights"
         )
@@ -424,7 +435,7 @@ def widen(name: str, side: str, x: float, boxes: list, i: int, rounds: int, obje
 
 def refine(value: Callable[[np.ndarray], float], x: np.ndarray, f: float, boxes, max_evals: int):
     """Nelder–Mead from ``x`` inside ``boxes`` (stops when the simplex spans < 0.01 decade and its values differ by
-    < 1e-4 nats/update); (best x, best value, scipy's message)."""
+    < 1e-4, nats/update or m/s); (best x, best value, scipy's message)."""
     from scipy.optimize import minimize
 
     n = len(x)

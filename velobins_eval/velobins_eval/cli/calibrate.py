@@ -84,7 +84,14 @@ def build_parser() -> argparse.ArgumentParser:
     syn.add_argument("--meas-sigma", type=float, default=0.05, help="std of the synthetic measurement noise [m/s]")
     syn.add_argument("--seed", type=int, default=0, help="seed of the synthetic measurement noise")
     fit = p.add_argument_group("the fit")
-    fit.add_argument("--objective", choices=OBJECTIVES, default="posterior", help="negative log-likelihood to minimise")
+    fit.add_argument(
+        "--objective",
+        choices=OBJECTIVES,
+        default="posterior",
+        help="what to minimise: the fused velocity's NLL against ground truth (posterior, default), the innovations' "
+        "NLL, or the fused velocity's error for the network's fields (accuracy: the most accurate s, not the most "
+        "consistent; the IMU stage keeps posterior)",
+    )
     fit.add_argument(
         "--imu-noise",
         choices=IMU_NOISE_SOURCES,
@@ -145,6 +152,12 @@ def check_args(args: argparse.Namespace) -> None:
     if args.imu_noise == "allan" and outside:
         raise OptionError("--fit", f"{', '.join(outside)}: the Allan fit gives {', '.join(ALLAN_FIELDS)} only")
     network = [n for n in args.fit if n in NETWORK_FITTABLE]
+    if args.objective == "accuracy" and (mode == "synthetic" or args.imu_noise == "network" or not network):
+        raise OptionError(
+            "--objective",
+            "accuracy fits the network's fields only (--heldout / --cross-fit, --fit with variance_scale or its error "
+            "model, --imu-noise other than network): the IMU noise is fitted by a likelihood",
+        )
     if mode == "synthetic" and network:
         raise OptionError("--fit", f"{', '.join(network)}: each needs network estimates (--heldout / --cross-fit)")
 
