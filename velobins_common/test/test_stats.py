@@ -13,6 +13,7 @@ from velobins_common.stats import (
     HALF_LOG_2PI,
     NEES_BOUNDS,
     NEES_IDEAL_MEDIAN,
+    autocorrelation,
     chi2_bounds,
     chi2_cdf,
     chi2_quantile,
@@ -128,6 +129,7 @@ def test_correlation_time_counts_a_bias_and_matches_the_direct_sums() -> None:
         pairs = [x[: len(x) - k, 0] * x[k:, 0] for x in series if len(x) > k]
         rho.append(np.concatenate(pairs).mean())
     rho = np.array(rho) / rho[0]
+    assert autocorrelation(series)[:, 0] == pytest.approx(rho, rel=1e-9, abs=1e-12)  # the sums correlation_time reads
     k = int(np.flatnonzero(rho < 1 / math.e)[0])
     assert got == pytest.approx(k - 1 + (rho[k - 1] - 1 / math.e) / (rho[k - 1] - rho[k]), rel=1e-9)
     with pytest.raises(ValueError, match="dt must be > 0"):

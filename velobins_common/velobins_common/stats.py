@@ -13,8 +13,9 @@
   normaliser :data:`HALF_LOG_2PI`, which the torch training losses (``velobins_net.losses``,
   ``velobins_net.baselines.losses``) also take from here.
 * **NEES** (:func:`nees`): ``eᵀ Σ⁻¹ e`` per sample.
-* **Correlation time** (:func:`correlation_time`): how long a series of errors stays correlated with
-  itself; ``velobins calibrate`` reports it for the network's errors, which the filter takes as white.
+* **Correlation time** (:func:`correlation_time`, from the pooled :func:`autocorrelation`): how long a series of
+  errors stays correlated with itself; ``velobins calibrate`` reports it for the network's errors, which the filter
+  takes as white.
 """
 
 from __future__ import annotations
@@ -146,11 +147,32 @@ def correlation_time(series: Sequence[np.ndarray], dt: float) -> np.ndarray:
     Raises:
         ValueError: on no series, series of different widths, or ``dt`` not > 0.
     """
-    arrays = [np.asarray(x, dtype=np.float64) for x in series]
-    if not arrays or any(a.ndim != 2 or a.shape[1] != arrays[0].shape[1] for a in arrays):
-        raise ValueError("correlation_time: need one or more (T, d) arrays of the same width d")
     if not dt > 0:
         raise ValueError(f"correlation_time: dt must be > 0, got {dt}")
+    rho = autocorrelation(series)
+    out = np.full(rho.shape[1], math.inf)
+    for j in range(rho.shape[1]):
+        below = np.flatnonzero(rho[:, j] < 1.0 / math.e)
+        if below.size:
+            k = int(below[0])  # k ≥ 1: rho[0] is 1
+            frac = (rho[k - 1, j] - 1.0 / math.e) / (rho[k - 1, j] - rho[k, j])
+            out[j] = (k - 1 + frac) * dt
+    return out
+
+
+def autocorrelation(series: Sequence[np.ndarray]) -> np.ndarray:
+    """(L, d): per column, the pooled autocorrelation of ``series`` at lags 0 … L − 1, L the longest series' length.
+
+    ``series`` are (T_i, d) arrays (one per flight, so no lag spans two flights). At lag k it is ``Σ x_t x_{t+k} /
+    Σ x_t²`` over every pair k apart, each sum divided by its count; the series are *not* demeaned (demean them
+    first for the autocorrelation about each one's mean). 1 at lag 0.
+
+    Raises:
+        ValueError: on no series, or series of different widths.
+    """
+    arrays = [np.asarray(x, dtype=np.float64) for x in series]
+    if not arrays or any(a.ndim != 2 or a.shape[1] != arrays[0].shape[1] for a in arrays):
+        raise ValueError("autocorrelation: need one or more (T, d) arrays of the same width d")
     longest = max(a.shape[0] for a in arrays)
     sums = np.zeros((longest, arrays[0].shape[1]))
     counts = np.zeros(longest)
@@ -162,12 +184,4 @@ def correlation_time(series: Sequence[np.ndarray], dt: float) -> np.ndarray:
         spectrum = np.fft.rfft(a, size, axis=0)
         sums[:n] += np.fft.irfft(spectrum * spectrum.conj(), size, axis=0)[:n]
         counts[:n] += np.arange(n, 0, -1)
-    rho = (sums / np.maximum(counts, 1)[:, None]) / (sums[0] / counts[0])
-    out = np.full(rho.shape[1], math.inf)
-    for j in range(rho.shape[1]):
-        below = np.flatnonzero(rho[:, j] < 1.0 / math.e)
-        if below.size:
-            k = int(below[0])  # k ≥ 1: rho[0] is 1
-            frac = (rho[k - 1, j] - 1.0 / math.e) / (rho[k - 1, j] - rho[k, j])
-            out[j] = (k - 1 + frac) * dt
-    return out
+    return (sums / np.maximum(counts, 1)[:, None]) / (sums[0] / counts[0])

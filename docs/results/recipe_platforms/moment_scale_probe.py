@@ -25,6 +25,7 @@ import pandas as pd
 from axis_scale_probe import flights_in, fused_figures, saved_updates
 from scipy.spatial.transform import Rotation
 
+from velobins_common.stats import autocorrelation
 from velobins_data.flight import Flight
 from velobins_ekf.offline import run_offline
 from velobins_eval.evaluate import ground_truth_state, load_ekf_config
@@ -55,18 +56,11 @@ def errors(evaluation: Path) -> list[tuple[np.ndarray, np.ndarray]]:
 def moment_scales(flights: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
     """(mean e²/σ̂² per axis, 1 + 2 Σ ρ(k) per axis) over all flights (lags within flights only)."""
     own = np.concatenate([e**2 / v for e, v in flights]).mean(axis=0)
-    products, counts = np.zeros((MAX_LAG + 1, 3)), np.zeros(MAX_LAG + 1)
-    for e, v in flights:
-        u = e / np.sqrt(v)
-        u = u - u.mean(axis=0)
-        for k in range(min(MAX_LAG + 1, len(u))):
-            products[k] += (u[: len(u) - k] * u[k:]).sum(axis=0)
-            counts[k] += len(u) - k
-    rho = products / np.maximum(counts, 1)[:, None]
-    rho = rho / rho[0]
+    normalised = [e / np.sqrt(v) for e, v in flights]
+    rho = autocorrelation([u - u.mean(axis=0) for u in normalised])  # about each flight's mean
     inflation = np.ones(3)
     for a in range(3):
-        for k in range(1, MAX_LAG + 1):
+        for k in range(1, min(MAX_LAG + 1, len(rho))):
             if rho[k, a] <= 0:
                 break
             inflation[a] += 2 * rho[k, a]
