@@ -22,6 +22,7 @@ from velobins_net.schedule import (
     kl_weight_factor,
     lr_factor,
     nees_bounds,
+    nll_start_epoch,
     selection_score,
 )
 from velobins_net.train import TrainConfig, resolve_model_config, train, weighted_loss
@@ -144,6 +145,32 @@ def test_time_budget_plans_epochs_stops_and_records_the_plan(tmp_path):
     assert all(r["planned_epochs"] >= 1 for r in rows) and rows[-1]["planned_epochs"] <= len(rows) + 1
     assert 0.0 <= rows[-1]["val_nees_share"] <= 1.0 and math.isfinite(rows[-1]["val_nees_median"])
     assert 0.0 < rows[-1]["cpu_s"] and rows[-1]["lr"] <= cfg.lr
+
+
+def test_the_huber_phase_under_a_budget_is_the_papers_share_of_the_first_plan_rounded_up():
+    assert nll_start_epoch(10, 100, None) == 10  # no budget: the configured epoch
+    # the paper's 10 % of 11-16 planned epochs is two Huber epochs, where rounding to nearest gave 1 or 2
+    assert [nll_start_epoch(10, 100, n) for n in (4, 11, 13, 15, 16, 21)] == [1, 2, 2, 2, 2, 3]
+    assert nll_start_epoch(10, 100, 10) == 1  # an exact share is not rounded past
+    assert nll_start_epoch(0, 100, 13) == 0  # no Huber phase asked: none given
+    assert nll_start_epoch(10, 10, 3) == 3  # all Huber: never more epochs than planned
+
+
+def test_a_regression_run_records_its_phases_and_keeps_the_switch_of_its_first_plan(tmp_path):
+    """Under a budget the switch comes from the first plan and stays put while the plan is re-made; every epoch
+    says which loss it trained on; the checkpoint records the switch. Without a budget it is nll_start_epoch."""
+    flights, val = [make_flight(i, duration=6.0) for i in range(2)], [make_flight(9, duration=4.0)]
+    cfg = TrainConfig(model=TINY, variant="reg", stride=4, epochs=5, nll_start_epoch=2, progress=False)
+    rows = [h.loss_kind for h in train(cfg, flights, val, tmp_path / "epochs").history]
+    assert rows == ["huber", "huber", "nll", "nll", "nll"]
+    budget = TrainConfig(model=TINY, variant="reg", stride=4, epochs=40, nll_start_epoch=10, progress=False,
+                         time_budget=4.0 / 60.0)  # fmt: skip
+    res = train(budget, flights, val, tmp_path / "budget")
+    switch = nll_start_epoch(10, 40, res.history[0].planned_epochs)
+    assert [h.loss_kind for h in res.history] == ["nll" if h.epoch >= switch else "huber" for h in res.history]
+    assert torch.load(res.last_path, weights_only=False)["budget"]["nll_start_epoch"] == switch
+    assert all(h.loss_kind == "" for h in train(TrainConfig(model=TINY, stride=8, epochs=1, progress=False),
+                                                  flights, val, tmp_path / "bins").history)  # fmt: skip
 
 
 def test_patience_stops_early(tmp_path):

@@ -3,7 +3,9 @@ the per-epoch window offsets, the checkpoint-selection score and the wall-clock 
 
 Every schedule is a function of the *progress* p ∈ [0, 1] of the planned optimiser steps, so the
 same recipe works for a fixed number of epochs and for a run whose length a time budget chooses
-(:class:`BudgetPlanner` re-plans the epoch count after every epoch; p follows the latest plan).
+(:class:`BudgetPlanner` re-plans the epoch count after every epoch; p follows the latest plan). The one
+discrete switch, the regression baseline's Huber → NLL epoch, is fixed by the first plan instead
+(:func:`nll_start_epoch`).
 
 The paper's setting (constant 3e-4, KL weight 1 from the first step, fixed windows, best epoch by
 validation NLL) is the identity of every function here; :data:`RECIPES` names it and the
@@ -107,6 +109,23 @@ def epoch_window_indices(n: int, stride: int, epoch: int, rotate: bool) -> torch
     if not rotate or stride <= 1:
         return torch.arange(n)
     return torch.arange(epoch % stride, n, stride)
+
+
+def nll_start_epoch(nll_start: int, epochs: int, first_plan: int | None) -> int:
+    """The first epoch of the regression baseline's Gaussian NLL phase (Huber loss before it).
+
+    Without a time budget (``first_plan`` None) it is ``nll_start``. Under a budget the Huber phase keeps the
+    paper's share of the training, ``nll_start / epochs``, of the epochs planned before the first one, rounded up:
+    a short run still gets at least one Huber epoch when the share is not zero. It is decided once, from that
+    first plan, because the plan is re-made after every epoch from measured times: a switch that followed it
+    would move with the machine's load, and on small data the epochs before the switch are the ones validation
+    picks (the NLL phase over-fits σ within an epoch), so one epoch more or less of Huber changed the model that
+    a seed gave from one machine to the next.
+    """
+    if first_plan is None:
+        return nll_start
+    share = nll_start / max(epochs, 1)
+    return min(first_plan, math.ceil(share * first_plan - 1e-9))
 
 
 def nees_bounds(dof: int = 3, confidence: float = NEES_CONFIDENCE) -> tuple[float, float]:

@@ -47,6 +47,7 @@ from .schedule import (
     epoch_window_indices,
     kl_weight_factor,
     lr_factor,
+    nll_start_epoch,
     selection_score,
 )
 from .train_config import METRICS, TrainConfig  # noqa: F401  (public here as before)
@@ -87,6 +88,9 @@ class EpochRecord:
     planned_epochs: int = 0
     budget_s: float | None = None
     cpu_s: float = math.nan
+    loss_kind: str = ""
+    """``huber`` or ``nll`` for the regression baseline and Table I baselines (which phase the epoch trained in),
+    empty for the bin variants."""
 
 
 @dataclass
@@ -263,6 +267,10 @@ def _train(
             planner.now,
         )  # fmt: skip
         planned = agree(planner.plan(start_epoch, est), dd, device)
+    nll_start = nll_start_epoch(cfg.nll_start_epoch, cfg.epochs, planned if planner is not None else None)
+    if resume_ckpt is not None and "nll_start_epoch" in resume_ckpt.get("budget", {}):
+        nll_start = int(resume_ckpt["budget"]["nll_start_epoch"])  # the switch the run was planned with
+    two_phase = variant.is_regression or variant.is_baseline
     log = _open_log(cfg, out_dir, start_epoch, dd) if run is None else None  # a staged run: after its commit
     epoch = start_epoch
     label_floor: torch.Tensor | None = None  # --label-floor val: the last validation's RMS error per axis
@@ -279,8 +287,7 @@ def _train(
             t0 = time.perf_counter()
             if planner is not None:
                 planner.epoch_started()
-            nll_start = cfg.nll_start_epoch if planner is None else round(cfg.nll_start_epoch * planned / cfg.epochs)
-            use_nll = (variant.is_regression or variant.is_baseline) and epoch >= nll_start
+            use_nll = two_phase and epoch >= nll_start
             total_steps = planned * steps_per_epoch
 
             def schedule(i: int, first: int = epoch * steps_per_epoch, total: int = total_steps) -> tuple[float, float]:
@@ -323,6 +330,7 @@ def _train(
                 planned,
                 budget_s,
                 time.process_time() - cpu_start,  # this process's CPU time: what it got of a shared machine
+                ("nll" if use_nll else "huber") if two_phase else "",
             )
             history.append(rec)
             if dd.is_main:
@@ -339,6 +347,7 @@ def _train(
                             "budget_s": budget_s,
                             "elapsed_s": planner.elapsed() if planner else elapsed,
                             "planned_epochs": planned,
+                            "nll_start_epoch": nll_start,
                         },
                     }
                     | ({"scaler_state": scaler.state_dict()} if scaler is not None else {})
@@ -397,8 +406,9 @@ def _open_log(cfg: TrainConfig, out_dir: Path, start_epoch: int, dd: DistInfo) -
 
 def _print_epoch(rec: EpochRecord, metric: str, value: float) -> None:
     """One line per epoch, in a log as on a terminal."""
+    phase = f" ({rec.loss_kind})" if rec.loss_kind else ""
     msg = (
-        f"epoch {rec.epoch + 1}/{rec.planned_epochs}: loss {rec.train_loss:.4f}  val AVE {rec.val_ave:.4f} m/s  "
+        f"epoch {rec.epoch + 1}/{rec.planned_epochs}: loss {rec.train_loss:.4f}{phase}  val AVE {rec.val_ave:.4f} m/s  "
         f"NLL {rec.val_nll:.3f}  NEES med {rec.val_nees_median:.2f} in-bounds {100 * rec.val_nees_share:.0f}%  "
         f"({rec.windows_per_s:.0f} win/s)"
     )
