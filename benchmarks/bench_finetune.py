@@ -12,8 +12,8 @@ NanoBench val too (it cannot read rotor speeds in rad/s, so not on the simulated
 
 Each job is one ``velobins train`` and one ``velobins evaluate`` subprocess; a job whose
 evaluation exists is skipped, so the study resumes where it stopped. ``--budgets 2`` runs the
-2-minute half only. ``--report`` writes ``docs/results/finetune/``: the table, the learning curves
-and the exact commands of what has finished.
+2-minute half only. ``--report`` writes the table, the learning curves and the exact commands of what
+has finished into ``<out>/report/``; ``--docs docs/results/finetune`` replaces the published ones.
 
     python benchmarks/bench_finetune.py --out runs/finetune             # run (or resume) the study
     python benchmarks/bench_finetune.py --out runs/finetune --report    # table + figure + commands
@@ -249,11 +249,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--budgets", type=float, nargs="*", default=[2.0, 5.0], help="budgets [min] to run")
     p.add_argument("--only", nargs="*", help="job names to run (default: all, in priority order)")
     p.add_argument("--report", action="store_true", help="write the table, figure and commands, run nothing")
-    p.add_argument("--docs", type=Path, default=DOCS, help="where --report writes")
+    p.add_argument("--docs", type=Path, help=f"where --report writes (default <out>/report; published: {DOCS})")
     args = p.parse_args(argv)
     out = args.out.resolve()
     if args.report:
-        report(out, args.docs)
+        report(out, args.docs or out / "report")
         return 0
     zero_shot(out)
     for job in PLAN:

@@ -4,9 +4,9 @@ Trains on fixed seeded subsets of NanoBench train (8 and 16 flights), validates 
 (EKF-fused, ``--params velobins_bringup/config/nanobench.yaml``) on NanoBench val, with
 ``velobins train --time-budget`` for every run, one run at a time (``--threads 1``). Each job is
 one ``velobins train`` and one ``velobins evaluate`` subprocess; a job whose evaluation exists is
-skipped, so the study resumes where it stopped. ``--report`` writes the table
-(``docs/results/recipe/table.md``), the learning-curve figure (``learning_curves.png``) and the
-exact commands (``commands.sh``) from what has finished.
+skipped, so the study resumes where it stopped. ``--report`` writes the table (``table.md``), the
+learning-curve figure (``learning_curves.png``) and the exact commands (``commands.sh``) from what has
+finished, into ``<out>/report/``; ``--docs docs/results/recipe`` replaces the published ones.
 
     python benchmarks/bench_recipe.py --out runs/recipe              # run (or resume) the study
     python benchmarks/bench_recipe.py --out runs/recipe --report     # table + figure + commands
@@ -238,11 +238,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=ROOT / "runs" / "recipe", help="runs, logs and the flight cache")
     p.add_argument("--only", nargs="*", help="job names to run (default: all, in priority order)")
     p.add_argument("--report", action="store_true", help="write the table, figure and commands, run nothing")
-    p.add_argument("--docs", type=Path, default=DOCS, help="where --report writes")
+    p.add_argument("--docs", type=Path, help=f"where --report writes (default <out>/report; published: {DOCS})")
     args = p.parse_args(argv)
     out = args.out.resolve()
     if args.report:
-        report(out, args.docs)
+        report(out, args.docs or out / "report")
         return 0
     for job in PLAN:
         if args.only and job.name not in args.only:

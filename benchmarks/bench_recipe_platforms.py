@@ -16,11 +16,14 @@ for both methods, and the small-data recipe with checkpoint selection on the tai
 (``--val-split tails``), with and without sensor augmentation (``--aug-*``). Each job is one
 ``velobins train`` (``--threads 1``, its budget in CPU seconds: ``--budget-clock cpu``, so every run gets the
 same compute however loaded the machine is) and one ``velobins evaluate``; finished jobs are skipped, so the study
-resumes. ``--jobs 2`` runs two at a time (both cores); ``--report`` writes ``table.md``, ``commands.sh`` and
-the validation curves (``curves_<budget>min.png``) into ``docs/results/recipe_platforms/``.
+resumes. ``--jobs 2`` runs two at a time (both cores). After a run, and alone with ``--report``, it writes
+``table.md``, ``commands.sh`` and the validation curves (``curves_<budget>min.png``) of the selected jobs into
+``<out>/report/``; only ``--docs docs/results/recipe_platforms`` replaces the published ones, so a rerun of a few
+jobs cannot shrink the committed table to its own rows.
 
     python benchmarks/bench_recipe_platforms.py --out runs/recipe28 --budgets 5 2 --jobs 2
-    python benchmarks/bench_recipe_platforms.py --out runs/recipe28 --budgets 5 2 10 --report
+    python benchmarks/bench_recipe_platforms.py --out runs/recipe28 --budgets 5 2 10 --seeds 0 1 2 --report \
+        --docs docs/results/recipe_platforms
 """
 
 from __future__ import annotations
@@ -352,8 +355,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", type=int, nargs="+", default=[0], help="training seeds (each a run of every arm)")
     p.add_argument("--jobs", type=int, default=1, help="runs at a time (each uses one thread)")
     p.add_argument("--report", action="store_true", help="write the table from what has finished, run nothing")
+    p.add_argument(
+        "--docs", type=Path, help=f"where the table, commands and curves go (default <out>/report; published: {DOCS})"
+    )
     args = p.parse_args(argv)
     out = args.out.resolve()
+    docs = args.docs or out / "report"
     jobs = [Job(pl, arm, b, s) for s in args.seeds for b in args.budgets for pl in args.platforms for arm in args.arms]
     for platform in args.platforms:
         platform_data(out, platform)
@@ -361,8 +368,8 @@ def main(argv: list[str] | None = None) -> int:
         with ThreadPoolExecutor(max_workers=args.jobs) as pool:
             for name in pool.map(lambda j: run_job(j, out), jobs):
                 print(f"done: {name}", flush=True)
-    print(report(out, jobs, DOCS))
-    for path in curves(out, jobs, DOCS):
+    print(report(out, jobs, docs))
+    for path in curves(out, jobs, docs):
         print(f"wrote {path}")
     return 0
 
