@@ -40,6 +40,10 @@ def test_a_flat_direction_is_reported():
     lines = cur.lines({"acc_noise_density": 1.0, "variance_scale": 1.0})
     assert "flat" not in lines[1] and "flat" in lines[2]
     assert cur.std[1] > math.log10(FLAT_FACTOR)
+    # not a likelihood: no curvature factor, flatness judged on the sandwich alone
+    plain = cur.lines({"acc_noise_density": 1.0, "variance_scale": 1.0}, likelihood=False)
+    assert "not a likelihood" in plain[0] and not any("(curvature)" in line for line in plain[1:])
+    assert [("flat" in line) for line in plain[1:]] == [bool(r > math.log10(FLAT_FACTOR)) for r in cur.robust_std]
 
 
 def test_no_minimum_means_infinite_std():

@@ -270,7 +270,8 @@ def run_stage(
     finally:
         objective.close()
     values = fit.values
-    return Stage(label, fit.point, values, fit.evaluations + curv.evaluations, fit.widened + curv.lines(values))
+    lines = curv.lines(values, likelihood=(kind or args.objective) in LIKELIHOODS)
+    return Stage(label, fit.point, values, fit.evaluations + curv.evaluations, fit.widened + lines)
 
 
 ALLAN_LABEL = "IMU noise by Allan variance against ground truth"

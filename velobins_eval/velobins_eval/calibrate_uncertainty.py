@@ -61,8 +61,13 @@ class Curvature:
     """(n,) std of log₁₀ from the by-flight sandwich (None without at least ``MIN_FLIGHTS`` flights)."""
     flights: int = 0
 
-    def lines(self, values: dict[str, float]) -> list[str]:
-        """One line per field: the value, its 1σ factors and whether the objective is flat along it."""
+    def lines(self, values: dict[str, float], likelihood: bool = True) -> list[str]:
+        """One line per field: the value, its 1σ factors and whether the objective is flat along it.
+
+        ``likelihood`` False (an objective that is not a negative log-likelihood, such as ``accuracy``): the
+        curvature factor H⁻¹ is left out, since it is a standard error only for a likelihood; the sandwich
+        factors hold for any M-estimator.
+        """
         by_flight = self.flight_std is not None
         head = (
             f"uncertainty of the fit (1σ, from the objective's curvature in log10 space, step {STEP_DECADES:g} "
@@ -70,13 +75,17 @@ class Curvature:
         )
         if by_flight:
             head += f"; by flight = sandwich over the {self.flights} flights, what another set of flights may give"
+        if not likelihood:
+            head += "; no curvature factor: the objective is not a likelihood"
         out = [head + "):"]
         for i, n in enumerate(self.names):
-            stds = [self.std[i], self.robust_std[i]] + ([self.flight_std[i]] if by_flight else [])
+            stds = ([self.std[i]] if likelihood else []) + [self.robust_std[i]]
+            stds += [self.flight_std[i]] if by_flight else []
             flat = max(stds) > math.log10(FLAT_FACTOR)
             out.append(
-                f"  {n} {values[n]:.4g}: ×/÷ {factor(self.std[i])} (curvature), ×/÷ {factor(self.robust_std[i])} "
-                f"(robust)"
+                f"  {n} {values[n]:.4g}: "
+                + (f"×/÷ {factor(self.std[i])} (curvature), " if likelihood else "")
+                + f"×/÷ {factor(self.robust_std[i])} (robust)"
                 + (f", ×/÷ {factor(self.flight_std[i])} (by flight)" if by_flight else "")
                 + ("  <- flat: the flights barely identify it" if flat else "")
             )
