@@ -18,6 +18,7 @@ from velobins_common.stats import (
     chi2_cdf,
     chi2_quantile,
     correlation_time,
+    gaussian_crps_samples,
     gaussian_nll,
     gaussian_nll_full,
     gaussian_nll_samples,
@@ -85,6 +86,30 @@ def test_gaussian_nll_samples_is_each_samples_log_density_and_inf_without_one() 
     cov[2] = -np.eye(3)
     out = gaussian_nll_samples(err, cov)
     assert math.isinf(out[2]) and np.all(np.isfinite(np.delete(out, 2)))
+
+
+def test_gaussian_crps_is_the_integral_of_the_squared_cdf_gap_and_proper() -> None:
+    """Against the definition ∫ (F(x) − 1{x ≥ e})² dx (numerical), |e| in the σ → 0 limit, and proper: over errors
+    drawn from N(0, 1) the mean score is smallest at σ = 1."""
+    from scipy.integrate import quad
+
+    err = np.array([[0.3, -1.2], [2.5, 0.0]])
+    cov = np.array([np.diag([0.5, 2.0]), np.diag([1.5, 0.1])]) + np.array([[[0, 0.1], [0.1, 0]]] * 2)  # off-diagonal
+    out = gaussian_crps_samples(err, cov)
+    for n in range(2):
+        total = 0.0
+        for i in range(2):
+            sd = math.sqrt(cov[n, i, i])
+            below, _ = quad(lambda x, sd=sd: norm.cdf(x, scale=sd) ** 2, -60.0, err[n, i])
+            above, _ = quad(lambda x, sd=sd: (1.0 - norm.cdf(x, scale=sd)) ** 2, err[n, i], 60.0)
+            total += below + above
+        assert out[n] == pytest.approx(total, rel=1e-7)
+    sharp = gaussian_crps_samples(np.array([[0.7, -0.2]]), np.eye(2)[None] * 1e-12)
+    assert sharp[0] == pytest.approx(0.9, abs=1e-5)
+    draws = np.random.default_rng(2).normal(size=(20000, 1))
+    mean = {sd: gaussian_crps_samples(draws, np.full((20000, 1, 1), sd**2)).mean() for sd in (0.7, 1.0, 1.4)}
+    assert mean[1.0] < mean[0.7] and mean[1.0] < mean[1.4], mean
+    assert math.isinf(gaussian_crps_samples(err, -cov)[0])
 
 
 def test_nees_hand_case_and_calibrated_samples() -> None:

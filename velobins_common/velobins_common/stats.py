@@ -13,6 +13,8 @@
   normaliser :data:`HALF_LOG_2PI`, which the torch training losses (``velobins_net.losses``,
   ``velobins_net.baselines.losses``) also take from here.
 * **NEES** (:func:`nees`): ``eᵀ Σ⁻¹ e`` per sample.
+* **Gaussian CRPS** (:func:`gaussian_crps_samples`): the continuous ranked probability score of each sample's
+  marginals, in the error's unit; ``velobins calibrate --objective crps`` minimises it.
 * **Correlation time** (:func:`correlation_time`, from the pooled :func:`autocorrelation`): how long a series of
   errors stays correlated with itself; ``velobins calibrate`` reports it for the network's errors, which the filter
   takes as white.
@@ -123,6 +125,29 @@ def gaussian_nll_samples(err: np.ndarray, cov: np.ndarray) -> np.ndarray:
     sign, log_det = np.linalg.slogdet(np.asarray(cov, dtype=np.float64))
     out = gaussian_nll_full(nees(err, cov), log_det, np.shape(err)[1])
     return np.where(sign > 0, out, math.inf)
+
+
+def gaussian_crps_samples(err: np.ndarray, cov: np.ndarray) -> np.ndarray:
+    """(N,) sum over the d axes of the CRPS of N(0, Σ_ii) at the error e_i, for (N, d) errors and (N, d, d) covariances.
+
+    CRPS(N(0, σ²), e) = σ (z (2Φ(z) − 1) + 2φ(z) − 1/√π), z = e/σ (Gneiting & Raftery 2007, eq. 21): the mean
+    absolute error of a draw from the forecast minus half the mean distance between two draws. Strictly proper
+    like the log score, but linear rather than quadratic in e/σ, so a few large errors weigh less and a covariance
+    wider than the errors costs in proportion to its width; for σ → 0 it is |e|. Marginal per axis (the
+    multivariate CRPS has no closed form); inf where a variance is not positive.
+    """
+    e = np.asarray(err, dtype=np.float64)
+    c = np.asarray(cov, dtype=np.float64)
+    if e.ndim != 2 or c.shape != (e.shape[0], e.shape[1], e.shape[1]):
+        raise ValueError(f"gaussian_crps_samples: need err (N, d) and cov (N, d, d), got {e.shape} and {c.shape}")
+    var = np.diagonal(c, axis1=1, axis2=2)
+    ok = np.all(var > 0, axis=1)
+    sigma = np.sqrt(np.where(var > 0, var, 1.0))
+    z = e / sigma
+    cdf = 0.5 * (1.0 + np.vectorize(math.erf, otypes=[float])(z / math.sqrt(2.0)))
+    pdf = np.exp(-0.5 * z * z) / math.sqrt(2.0 * math.pi)
+    terms = sigma * (z * (2.0 * cdf - 1.0) + 2.0 * pdf - 1.0 / math.sqrt(math.pi))
+    return np.where(ok, terms.sum(axis=1), math.inf)
 
 
 def nees(err: np.ndarray, cov: np.ndarray) -> np.ndarray:

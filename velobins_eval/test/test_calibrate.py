@@ -238,6 +238,7 @@ def test_cli_synthetic_end_to_end(data_dir, tmp_path, capsys):
         (["--objective", "accuracy"], "--objective: accuracy fits the network's fields only"),
         (["--cross-fit", "2", "--imu-noise", "network", "--objective", "accuracy"], "--objective: accuracy"),
         (["--cross-fit", "2", "--fit", "acc_noise_density", "--objective", "accuracy"], "--objective: accuracy"),
+        (["--objective", "crps"], "--objective: crps fits the network's fields only"),
         (["--workers", "0"], "--workers"),
     ],
 )
@@ -356,6 +357,9 @@ def test_accuracy_objective_is_the_fused_velocity_error(flights):
     a, p = consistency(slow, cfg, accurate.values[SCALE]), consistency(slow, cfg, likely.values[SCALE])
     assert a["ave"] < 0.9 * p["ave"], (a, p)  # 0.246 against 0.328 m/s
     assert a["nees_median"] < 1.0 < p["nees_median"], (a, p)  # 0.13 against 1.48 (ideal 2.37)
+    # the CRPS, proper but linear in e/σ, lands between the two
+    middle = fit_noise(Objective(slow, "crps"), Point(cfg, 1.0), [SCALE], max_evals=20, progress=False)
+    assert likely.values[SCALE] < middle.values[SCALE] < accurate.values[SCALE], middle.values
 
 
 def test_cli_accuracy_objective_says_what_it_minimised(tmp_path, capsys):

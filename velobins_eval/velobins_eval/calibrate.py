@@ -67,6 +67,7 @@ OBJECTIVE_WORDS = {
     "posterior": "posterior NLL per update",
     "innovation": "innovation NLL per update",
     "accuracy": "fused velocity error per update (AVE) for the network's fields, posterior NLL for the IMU's",
+    "crps": "fused velocity CRPS per update for the network's fields, posterior NLL for the IMU's",
 }
 """How the overlay's header names each ``--objective``."""
 
@@ -311,7 +312,7 @@ def imu_stage(
                 raise
             log(f"the Allan variance is not usable on these flights, so the IMU noise is fitted instead: {exc}")
     label = f"IMU noise on ground truth + N(0, {args.meas_sigma:g}²)"
-    kind = args.objective if args.objective in LIKELIHOODS else "posterior"  # accuracy scores the network's fields
+    kind = args.objective if args.objective in LIKELIHOODS else "posterior"  # accuracy, crps: the network's fields
     return run_stage(label, synthetic_flights(), point, names, args, log, kind=kind)
 
 

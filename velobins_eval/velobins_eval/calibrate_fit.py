@@ -9,7 +9,7 @@ The measurements (:class:`CalibrationFlight`) are either the network's own estim
 never saw (:mod:`velobins_eval.calibrate_measure`: a held-out set, or cross-fitting) or, without a
 network, ground truth plus seeded white noise of a known σ (:func:`synthetic_measurements`).
 
-Three objectives, each a mean per update (lower is better); the first two are Gaussian negative log-likelihoods:
+Four objectives, each a mean per update (lower is better); the first two are Gaussian negative log-likelihoods:
 
 * ``posterior`` (default): the log score of the filter's *fused* velocity against ground truth,
   ½(eᵀP⁻¹e + log det P + 3 log 2π), e = v̂_fused − v_true, P its covariance after the update.
@@ -28,6 +28,11 @@ Three objectives, each a mean per update (lower is better); the first two are Ga
   that is consistent on average still follows each slow error, and through the turns of a flight into its
   heading; the s that makes the fused velocity most *accurate* is then larger than the most *consistent* one
   (recipe study item 20 measures both). The IMU stage of a fit keeps ``posterior``.
+* ``crps``: the continuous ranked probability score of the fused velocity's marginals
+  (:func:`~velobins_common.stats.gaussian_crps_samples`), in m/s. Strictly proper like ``posterior``, so it
+  still asks for a covariance that fits the errors, but linear in e/σ where the log score is quadratic: a
+  middle between ``posterior`` and ``accuracy`` (recipe study item 21 measures all three). Like ``accuracy``,
+  for the network's fields only.
 
 Search, in log₁₀ space (scale-free steps, every value positive): an optional coarse grid over the
 densities, then Nelder–Mead inside a *search box*. A fit within :data:`EDGE_DECADES` of a box edge
@@ -52,7 +57,7 @@ import numpy as np
 from velobins_common.errors import OptionError, UserError
 from velobins_common.fields import param_spec
 from velobins_common.progress import progress_bar
-from velobins_common.stats import gaussian_nll_samples
+from velobins_common.stats import gaussian_crps_samples, gaussian_nll_samples
 from velobins_data.flight import Flight
 
 from .calibrate_pool import FlightPool
@@ -82,11 +87,11 @@ NETWORK_FITTABLE = (SCALE, FLOOR, *VELOCITY_ERROR)
 DEFAULT_FIT = ("acc_noise_density", "gyro_noise_density")
 """Fitted by default (with :data:`SCALE` added when the measurements come from a network). The random walks
 barely move the objective; the initial bias sigmas do (docs/calibrate.md) and can be added with ``--fit``."""
-OBJECTIVES = ("posterior", "innovation", "accuracy")
+OBJECTIVES = ("posterior", "innovation", "accuracy", "crps")
 """``--objective`` values (module docstring)."""
 LIKELIHOODS = ("posterior", "innovation")
 """The :data:`OBJECTIVES` that are likelihoods: the ones a fit of IMU noise may use."""
-OBJECTIVE_UNITS = {"posterior": "nats/update", "innovation": "nats/update", "accuracy": "m/s"}
+OBJECTIVE_UNITS = {"posterior": "nats/update", "innovation": "nats/update", "accuracy": "m/s", "crps": "m/s"}
 """Unit of each objective's value (the report's table)."""
 GRID_LOG10 = {"acc_noise_density": (-2.5, 0.0), "gyro_noise_density": (-3.5, -1.0)}
 """log₁₀ range of the first search box (and the coarse grid) per density: acc 0.003–1 m/s²/√Hz, gyro
@@ -186,7 +191,10 @@ def flight_terms(cf: CalibrationFlight, config, scale: float, kind: str) -> tupl
     err = np.array([u.vel_world for u in ups]) - cf.v_true[index]
     if kind == "accuracy":
         return stamps, np.linalg.norm(err, axis=1)
-    return stamps, gaussian_nll_samples(err, np.array([u.vel_world_cov for u in ups]))
+    cov = np.array([u.vel_world_cov for u in ups])
+    if kind == "crps":
+        return stamps, gaussian_crps_samples(err, cov)
+    return stamps, gaussian_nll_samples(err, cov)
 
 
 @dataclass(frozen=True)
@@ -293,7 +301,7 @@ class FitResult:
     point: Point
     """The fit: the start config with the fitted fields replaced, and s."""
     objective: float
-    """The objective per update at the fit (nats, or m/s for ``accuracy``)."""
+    """The objective per update at the fit (nats, or m/s for ``accuracy`` and ``crps``)."""
     start_objective: float
     """The same at the start."""
     names: tuple[str, ...]

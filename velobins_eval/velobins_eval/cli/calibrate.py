@@ -34,6 +34,7 @@ from velobins_eval.calibrate_errors import network_lines
 from velobins_eval.calibrate_fit import (
     DEFAULT_FIT,
     FITTABLE,
+    LIKELIHOODS,
     NETWORK_FITTABLE,
     OBJECTIVES,
     SCALE,
@@ -89,8 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
         choices=OBJECTIVES,
         default="posterior",
         help="what to minimise: the fused velocity's NLL against ground truth (posterior, default), the innovations' "
-        "NLL, or the fused velocity's error for the network's fields (accuracy: the most accurate s, not the most "
-        "consistent; the IMU stage keeps posterior)",
+        "NLL, or for the network's fields the fused velocity's error (accuracy: the most accurate s, not the most "
+        "consistent) or its CRPS (crps: a proper score between the two); the IMU stage keeps posterior",
     )
     fit.add_argument(
         "--imu-noise",
@@ -152,11 +153,11 @@ def check_args(args: argparse.Namespace) -> None:
     if args.imu_noise == "allan" and outside:
         raise OptionError("--fit", f"{', '.join(outside)}: the Allan fit gives {', '.join(ALLAN_FIELDS)} only")
     network = [n for n in args.fit if n in NETWORK_FITTABLE]
-    if args.objective == "accuracy" and (mode == "synthetic" or args.imu_noise == "network" or not network):
+    if args.objective not in LIKELIHOODS and (mode == "synthetic" or args.imu_noise == "network" or not network):
         raise OptionError(
             "--objective",
-            "accuracy fits the network's fields only (--heldout / --cross-fit, --fit with variance_scale or its error "
-            "model, --imu-noise other than network): the IMU noise is fitted by a likelihood",
+            f"{args.objective} fits the network's fields only (--heldout / --cross-fit, --fit with variance_scale or "
+            "its error model, --imu-noise other than network): the IMU noise is fitted by a likelihood",
         )
     if mode == "synthetic" and network:
         raise OptionError("--fit", f"{', '.join(network)}: each needs network estimates (--heldout / --cross-fit)")
