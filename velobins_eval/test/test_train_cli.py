@@ -78,7 +78,9 @@ def test_val_split_tails_and_augmentation_from_the_command_line(tmp_path, capsys
     assert len(ck["data"]["val"]) == 2 and len(ck["data"]["train"]) == 2
     assert {d["name"] for d in ck["data"]["val"]} == {d["name"] for d in ck["data"]["train"]}
     assert ck["train_config"]["augment"]["acc_bias"] == 0.1 and ck["train_config"]["augment"]["rotor_scale"] == 0.05
-    capsys.readouterr()
+    table = capsys.readouterr().out.splitlines()  # a regression run's epoch table says which loss each epoch had
+    head = next(i for i, line in enumerate(table) if line.split()[:2] == ["epoch", "loss"])
+    assert table[head].split()[-1] == "phase" and table[head + 1].split()[-1] == "huber"  # 1 epoch: Huber only
     with pytest.raises(SystemExit) as stop:  # an argparse usage error
         main(["train", *BASE, "--aug-gyro-noise", "-1", "--out", str(tmp_path / "bad")])
     assert stop.value.code == 2 and "argument --aug-gyro-noise: must be >= 0" in capsys.readouterr().err

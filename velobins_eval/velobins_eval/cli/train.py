@@ -391,11 +391,14 @@ def _run(args: argparse.Namespace, run=None) -> int:
     if result.init is not None:
         print(describe_init(result.init))
     if result.history:
-        print(f"{'epoch':>5} {'loss':>9} {'val AVE':>8} {'val NLL':>8} {'NEES in':>7} {'lr':>8} {'win/s':>7}")
+        phases = any(h.loss_kind for h in result.history)  # the regression baseline's Huber, then NLL
+        head = f"{'epoch':>5} {'loss':>9} {'val AVE':>8} {'val NLL':>8} {'NEES in':>7} {'lr':>8} {'win/s':>7}"
+        print(head + (f" {'phase':>6}" if phases else ""))
         for h in result.history:
             print(
                 f"{h.epoch:>5} {h.train_loss:>9.4f} {h.val_ave:>8.4f} {h.val_nll:>8.3f} "
                 f"{100 * h.val_nees_share:>6.0f}% {h.lr:>8.2e} {h.windows_per_s:>7.0f}"
+                + (f" {h.loss_kind:>6}" if phases else "")
             )
         if cfg.time_budget:
             last = result.history[-1]
