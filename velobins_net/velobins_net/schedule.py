@@ -120,7 +120,9 @@ def nll_start_epoch(nll_start: int, epochs: int, first_plan: int | None) -> int:
     first plan, because the plan is re-made after every epoch from measured times: a switch that followed it
     would move with the machine's load, and on small data the epochs before the switch are the ones validation
     picks (the NLL phase over-fits σ within an epoch), so one epoch more or less of Huber changed the model that
-    a seed gave from one machine to the next.
+    a seed gave from one machine to the next. The first plan still follows the machine (plans of 11–20 epochs
+    all give two Huber epochs, 10 gives one): the checkpoint and ``history.json`` record the switch, so a run can
+    be replayed without a budget.
     """
     if first_plan is None:
         return nll_start
