@@ -43,12 +43,13 @@ def saved_updates(evaluation: Path, flights: Iterable[str]) -> dict[str, pd.Data
     return {name: pd.read_csv(next((evaluation / "estimates" / name).glob("*/updates.csv"))) for name in flights}
 
 
-def score(flights: dict[str, Flight], saved: dict[str, pd.DataFrame], horizontal: float, vertical: float):
-    """(fused AVE, posterior NLL, NEES share in bounds), means over flights, with the variances scaled per axis."""
+def score(flights: dict[str, Flight], saved: dict[str, pd.DataFrame], scales: np.ndarray, config=FILTER):
+    """(fused AVE, posterior NLL, NEES share in bounds), means over flights, with the saved variances multiplied
+    per body axis by ``scales`` (3,), fused by the filter ``config``."""
     figures = []
     for name, seq in flights.items():
         u = saved[name]
-        var = u[["net_var_x", "net_var_y", "net_var_z"]].to_numpy() * np.array([horizontal, horizontal, vertical])
+        var = u[["net_var_x", "net_var_y", "net_var_z"]].to_numpy() * scales
         res = run_offline(
             seq.t,
             seq.acc,
@@ -57,7 +58,7 @@ def score(flights: dict[str, Flight], saved: dict[str, pd.DataFrame], horizontal
             u[["net_vx", "net_vy", "net_vz"]].to_numpy(),
             np.einsum("ni,ij->nij", var, np.eye(3)),
             init_state=ground_truth_state(seq),
-            config=FILTER,
+            config=config,
         )
         ups = [x for x in res.updates if x.accepted]
         stamps = np.array([x.stamp for x in ups])
@@ -85,13 +86,13 @@ def main(study: Path, oracle: bool, runs: list[str]) -> None:
         saved = saved_updates(study / run / "eval_cal_allan", test)
         if oracle:
             for h, v in ORACLE_GRID:
-                ave, nll, inside = score(test, saved, h, v)
+                ave, nll, inside = score(test, saved, np.array([h, h, v]))
                 print(f"{run} xy x{h:g} z x{v:g}: fused AVE {ave:.3f}, posterior NLL {nll:.3f}, in bounds {inside:.1%}")
             continue
         held = flights_in(study / run / "heldout")
         held_saved = saved_updates(study / run / "eval_heldout_allan", held)
-        h, v = min(FIT_GRID, key=lambda a: score(held, held_saved, *a)[1])
-        before, after = score(test, saved, 1.0, 1.0), score(test, saved, h, v)
+        h, v = min(FIT_GRID, key=lambda a: score(held, held_saved, np.array([a[0], a[0], a[1]]))[1])
+        before, after = score(test, saved, np.ones(3)), score(test, saved, np.array([h, h, v]))
         print(
             f"{run}: fitted xy x{h:g} z x{v:g} on {', '.join(held)}; test fused AVE {before[0]:.3f} -> {after[0]:.3f},"
             f" posterior NLL {before[1]:.3f} -> {after[1]:.3f}, in bounds {before[2]:.1%} -> {after[2]:.1%}"

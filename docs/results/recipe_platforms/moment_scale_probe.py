@@ -22,13 +22,11 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from axis_scale_probe import flights_in, fused_figures, saved_updates
+from axis_scale_probe import flights_in, saved_updates, score
 from scipy.spatial.transform import Rotation
 
 from velobins_common.stats import autocorrelation
-from velobins_data.flight import Flight
-from velobins_ekf.offline import run_offline
-from velobins_eval.evaluate import ground_truth_state, load_ekf_config
+from velobins_eval.evaluate import load_ekf_config
 
 FILTER = load_ekf_config([Path(__file__).resolve().parent / "rpm_imu_noise.yaml"])
 MAX_LAG = 100
@@ -67,28 +65,6 @@ def moment_scales(flights: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndar
     return own, inflation
 
 
-def score(test: dict[str, Flight], saved: dict[str, pd.DataFrame], scales: np.ndarray, saved_s: float):
-    """(fused AVE, posterior NLL, NEES share in bounds), means over the test flights, with R = diag(s_a σ̂_a²)."""
-    figures = []
-    for name, seq in test.items():
-        u = saved[name]
-        var = u[VAR].to_numpy() / saved_s * scales
-        res = run_offline(
-            seq.t,
-            seq.acc,
-            seq.gyro,
-            u.t.to_numpy(),
-            u[NET].to_numpy(),
-            np.einsum("ni,ij->nij", var, np.eye(3)),
-            init_state=ground_truth_state(seq),
-            config=FILTER,
-        )
-        ups = [x for x in res.updates if x.accepted]
-        stamps, vel = np.array([x.stamp for x in ups]), np.array([x.vel_world for x in ups])
-        figures.append(fused_figures(seq, stamps, vel, np.array([x.vel_world_cov for x in ups])))
-    return tuple(float(x) for x in np.mean(figures, axis=0))
-
-
 def main(study: Path, runs: list[str]) -> None:
     test = flights_in(study / "sim" / "rpm_test")
     for run in runs:
@@ -102,7 +78,7 @@ def main(study: Path, runs: list[str]) -> None:
             ("s per axis by moments", per_axis),
             ("their mean as one s", np.full(3, per_axis.mean())),
         ):
-            ave, nll, inside = score(test, saved, scales, saved_s)
+            ave, nll, inside = score(test, saved, scales / saved_s, FILTER)  # the saved σ̂² carry saved_s
             print(f"  {label}: fused AVE {ave:.3f}, posterior NLL {nll:.3f}, in bounds {inside:.1%}")
 
 
