@@ -50,9 +50,12 @@ class EkfConfig:
     """Initial position standard deviation [m] per axis, > 0 (position is unobservable; it only grows).
     Typical 1e-3."""
     init_sigma_acc_bias: float = param(0.1, min=1e-6, max=10.0)
-    """Initial accelerometer bias standard deviation [m/s²] per axis. Typical 0.05–0.3."""
+    """Initial accelerometer bias standard deviation [m/s²] per axis: the spread of the turn-on bias. Typical
+    0.05–0.3; ``velobins calibrate`` measures it where its Allan stage applies (docs/calibrate.md §2)."""
     init_sigma_gyro_bias: float = param(0.01, min=1e-7, max=1.0)
-    """Initial gyroscope bias standard deviation [rad/s] per axis. Typical 0.005–0.05."""
+    """Initial gyroscope bias standard deviation [rad/s] per axis: the spread of the turn-on bias. Typical
+    0.005–0.05; ``velobins calibrate`` measures it where its Allan stage applies. A prior looser than the IMU's
+    spread lets the filter turn the network's slow errors into a heading drift (docs/calibrate.md §2)."""
 
     velocity_noise_floor: float = param(0.0, min=0.0, max=10.0, live=True)
     """Standard deviation [m/s] of white noise added to every velocity measurement's own, per body axis: the

@@ -11,17 +11,22 @@ import numpy as np
 import pytest
 from scipy.spatial.transform import Rotation
 
-from velobins_common.errors import OptionError
 from velobins_data.datasets.csv_format import write_csv
 from velobins_data.flight import Flight
 from velobins_data.sim.flight import simulate_flight
 from velobins_data.sim.imu import draw_imu_errors
 from velobins_data.sim.presets import ImuNoise, get_preset
 from velobins_ekf.params import load_filter_config
-from velobins_eval.calibrate_allan import allan_noise, allan_sums, fit_white_and_walk, imu_errors
+from velobins_eval.calibrate_allan import (
+    BIAS_WINDOW,
+    allan_noise,
+    allan_sums,
+    fit_white_and_walk,
+    imu_errors,
+    initial_bias_sigma,
+)
 from velobins_eval.calibrate_fit import CalibrationRefused
 from velobins_eval.cli import main as cli_main
-from velobins_eval.cli.calibrate import main_calibrate
 
 NOISE = ImuNoise(
     acc_density=0.02,
@@ -88,6 +93,39 @@ def test_static_log_gives_the_densities_and_random_walks():
     assert acc.slope == pytest.approx(-0.5, abs=0.05) and acc.misfit < 1.3
     values = acc.values(("acc_noise_density", "acc_random_walk", "gyro_noise_density"))
     assert values == {"acc_noise_density": acc.density, "acc_random_walk": acc.random_walk}
+
+
+def test_initial_bias_sigma_takes_out_the_white_noise_and_never_falls_below_it():
+    """Values of RMS b about zero carry the white noise's r² beside the true spread: √(b² − r²); a spread the noise
+    hides is reported as r, never as 0 (a filter sure of a zero bias could not learn one)."""
+    assert initial_bias_sigma(np.array([[0.05, -0.05, 0.05]]), 0.03) == pytest.approx(0.04)
+    assert initial_bias_sigma(np.full((4, 3), 0.01), 0.03) == pytest.approx(0.03)
+    assert initial_bias_sigma(np.zeros((2, 3)), 1e-4) == pytest.approx(1e-4)
+
+
+def test_initial_biases_are_each_flights_turn_on_bias_and_their_spread_the_filters_prior():
+    """Twelve 30 s static logs, each with its own turn-on bias drawn by the simulator: each log's measured bias is
+    the drawn one over the first BIAS_WINDOW seconds to within the white noise's share, and their spread gives the
+    drawn std (0.1 m/s², 0.01 rad/s) to within what 36 values allow."""
+    rate = 100.0
+    logs = [static_log(30.0, rate, seed=20 + i, name=f"s{i}") for i in range(12)]
+    sensors = allan_noise(logs)
+    n = round(BIAS_WINDOW * rate)
+    for sensor, std in (("acc", NOISE.acc_initial_bias_std), ("gyro", NOISE.gyro_initial_bias_std)):
+        fit = sensors[sensor]
+        assert fit.initial_biases.shape == (12, 3) and fit.bias_window == pytest.approx(BIAS_WINDOW, rel=0.01)
+        drawn = np.array([
+            getattr(draw_imu_errors(NOISE, int(30.0 * rate), rate, np.random.default_rng(20 + i)), f"{sensor}_bias")[
+                1 : n + 1
+            ].mean(axis=0)
+            for i in range(12)
+        ])  # fmt: skip
+        np.testing.assert_allclose(fit.initial_biases, drawn, atol=4.0 * fit.bias_resolution)
+        assert fit.initial_bias_sigma == pytest.approx(std, rel=0.35)
+        field = f"init_sigma_{sensor}_bias"
+        assert fit.values((field,)) == {field: fit.initial_bias_sigma}
+        assert "initial bias over the first 5 s of 12 flight(s)" in fit.lines((field,))[1]
+        assert f"not in --fit, the filter keeps its {field}" in fit.lines(())[1]
 
 
 @pytest.fixture(scope="module")
@@ -167,6 +205,9 @@ def test_cli_writes_the_allan_values(static_dir, tmp_path, capsys):
     assert cfg.gyro_noise_density == pytest.approx(NOISE.gyro_density, rel=0.05)
     assert "random_walk" not in out.read_text().split("/**/velobins_ekf:")[1]
     assert "Allan variance" in out.read_text()
+    measured = allan_noise([static_log(180.0, 100.0, seed=7)])  # the initial bias sigmas too, by default
+    assert cfg.init_sigma_acc_bias == pytest.approx(measured["acc"].initial_bias_sigma, rel=1e-3)
+    assert cfg.init_sigma_gyro_bias == pytest.approx(measured["gyro"].initial_bias_sigma, rel=1e-3)
 
     every = "acc_noise_density,gyro_noise_density,acc_random_walk,gyro_random_walk"
     assert cli_main([*argv, "--fit", every, "--out", str(out4)]) == 0, capsys.readouterr().err
@@ -174,13 +215,6 @@ def test_cli_writes_the_allan_values(static_dir, tmp_path, capsys):
     assert cfg4.acc_noise_density == cfg.acc_noise_density
     assert math.isclose(cfg4.acc_random_walk, NOISE.acc_random_walk, rel_tol=0.5)
     assert math.isclose(cfg4.gyro_random_walk, NOISE.gyro_random_walk, rel_tol=0.5)
-
-
-def test_cli_allan_takes_only_the_fields_it_estimates(static_dir, tmp_path):
-    base = ["--dataset", "csv", "--data", str(static_dir), "--out", str(tmp_path / "o.yaml"), "--imu-noise", "allan"]
-    with pytest.raises(OptionError, match="init_sigma_acc_bias: the Allan fit gives"):
-        main_calibrate([*base, "--fit", "acc_noise_density,init_sigma_acc_bias"])
-    assert not (tmp_path / "o.yaml").exists()
 
 
 def test_cli_auto_uses_allan_where_the_truth_allows_and_says_why_it_falls_back(flown, tmp_path, capsys):
@@ -199,15 +233,18 @@ def test_cli_auto_uses_allan_where_the_truth_allows_and_says_why_it_falls_back(f
 
     assert run(exact, tmp_path / "a.yaml") == 0
     assert "IMU noise by Allan variance against ground truth: 0 filter passes" in capsys.readouterr().out
-    assert run(exact, tmp_path / "a2.yaml", "--fit", "acc_noise_density,init_sigma_gyro_bias") == 0
-    printed = capsys.readouterr().out
-    assert "the Allan variance does not give init_sigma_gyro_bias, so the IMU noise is fitted instead" in printed
-    assert "IMU noise on ground truth + N(0, 0.05²): fitting acc_noise_density, init_sigma_gyro_bias" in printed
+    assert "init_sigma_gyro_bias" in (tmp_path / "a.yaml").read_text()
     assert run(noisy, tmp_path / "b.yaml") == 0
     printed = capsys.readouterr().out
     assert "the Allan variance is not usable on these flights" in printed and "not white" in printed
-    assert "IMU noise on ground truth + N(0, 0.05²): fitting acc_noise_density, gyro_noise_density" in printed
-    assert "random_walk" not in (tmp_path / "b.yaml").read_text().split("/**/velobins_ekf:")[1]
+    # the default's initial bias sigmas are the Allan stage's alone: a likelihood fit leaves them
+    assert "the filter keeps its init_sigma_acc_bias, init_sigma_gyro_bias: only the Allan variance" in printed
+    assert "IMU noise on ground truth + N(0, 0.05²): fitting acc_noise_density, gyro_noise_density\n" in printed
+    written = (tmp_path / "b.yaml").read_text().split("/**/velobins_ekf:")[1]
+    assert "random_walk" not in written and "init_sigma" not in written
+    assert run(noisy, tmp_path / "b2.yaml", "--fit", "acc_noise_density,init_sigma_gyro_bias") == 0
+    printed = capsys.readouterr().out  # named, they are fitted
+    assert "IMU noise on ground truth + N(0, 0.05²): fitting acc_noise_density, init_sigma_gyro_bias" in printed
     assert run(noisy, tmp_path / "c.yaml", "--imu-noise", "allan") == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "not white" in err[0] and not (tmp_path / "c.yaml").exists()

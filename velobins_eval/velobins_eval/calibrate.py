@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -295,25 +295,32 @@ def allan_stage(flights: list[Flight], start: Point, names, log) -> Stage:
 def imu_stage(
     args: argparse.Namespace, inputs: Inputs, point: Point, names: list[str], synthetic_flights: Callable[[], list], log
 ) -> Stage:
-    """The IMU fields ``names``. ``--imu-noise allan``: by Allan variance (refused where the truth does not allow it).
-    ``auto`` (default): the same where every field is one the Allan variance gives and the truth passes its checks,
-    else, saying why, as ``synthetic``: fitted to ``synthetic_flights()`` (ground truth + N(0, ``--meas-sigma``²)),
-    which is called only then."""
-    from .calibrate_allan import ALLAN_FIELDS
-
-    others = [n for n in names if n not in ALLAN_FIELDS]
-    if args.imu_noise == "auto" and others:
-        log(f"the Allan variance does not give {', '.join(others)}, so the IMU noise is fitted instead")
-    elif args.imu_noise in ("allan", "auto"):
+    """The IMU fields ``names`` (every one of them is one the Allan stage measures: ``ALLAN_FIELDS``).
+    ``--imu-noise allan``: by Allan variance (refused where the truth does not allow it). ``auto`` (default): the
+    same where the truth passes its checks, else, saying why, as ``synthetic``: fitted to ``synthetic_flights()``
+    (ground truth + N(0, ``--meas-sigma``²)), which is called only then."""
+    if args.imu_noise in ("allan", "auto"):
         try:
             return allan_stage(inputs.flights, point, names, log)
         except CalibrationRefused as exc:
             if args.imu_noise == "allan":
                 raise
             log(f"the Allan variance is not usable on these flights, so the IMU noise is fitted instead: {exc}")
+    names = fitted_by_likelihood(args, names, log)
     label = f"IMU noise on ground truth + N(0, {args.meas_sigma:g}²)"
     kind = args.objective if args.objective in LIKELIHOODS else "posterior"  # accuracy, crps: the network's fields
     return run_stage(label, synthetic_flights(), point, names, args, log, kind=kind)
+
+
+def fitted_by_likelihood(args: argparse.Namespace, names: Sequence[str], log) -> list[str]:
+    """``names`` less the fields the default ``--fit`` adds for the Allan stage only (``args.allan_only``: the
+    initial bias sigmas), saying so. Fitted to measurements with the filter started from ground truth they favour
+    values that do not carry over to a filter that starts itself (docs/calibrate.md); named in ``--fit`` they are
+    fitted."""
+    dropped = [n for n in names if n in getattr(args, "allan_only", ())]
+    if dropped:
+        log(f"the filter keeps its {', '.join(dropped)}: only the Allan variance measures them by default")
+    return [n for n in names if n not in dropped]
 
 
 def run_fit(args: argparse.Namespace, inputs: Inputs, flights: list, log: Callable[[str], None] = print):
@@ -330,7 +337,8 @@ def run_fit(args: argparse.Namespace, inputs: Inputs, flights: list, log: Callab
     if initial is not None:
         log(f"s starts at {initial.scale:.4g} (mean e²/σ̂² of the network's estimates)")
     if args.imu_noise == "network":
-        stage = run_stage("joint fit on the network's estimates", flights, start, args.fit, args, log, initial)
+        names = fitted_by_likelihood(args, args.fit, log)
+        stage = run_stage("joint fit on the network's estimates", flights, start, names, args, log, initial)
         return stage.point, [stage]
     stages = []
     point = start

@@ -9,6 +9,10 @@ variance over clusters of length τ is (IEEE Std 952-1997, annex C)
 so N shows on the short clusters (slope −½ of σ in log-log) and K on the long ones (slope +½). This module computes
 that curve for the IMU's *error*: the measured specific force and angular rate minus what the ground truth implies
 (:func:`imu_errors`), pooled over flights and axes, and fits the two terms to it (:func:`fit_white_and_walk`).
+The same error, averaged over the first :data:`BIAS_WINDOW` seconds of each flight, is that flight's turn-on bias;
+their spread over flights is the filter's initial bias sigma (:func:`initial_bias_sigma`). A prior twice the
+true spread let the filter explain the network's slow velocity errors in a turn by a gyro bias about z, and drift
+in heading (docs/results/recipe_platforms, items 13 and 22).
 It needs no filter pass, and it sees the white noise directly, which velocity measurements at 20 Hz do not
 (docs/calibrate.md, issue 28: ground truth + N(0, 0.05²) pinned the accelerometer density only through the bias
 drift it absorbed).
@@ -38,11 +42,17 @@ from .calibrate_fit import CalibrationRefused
 
 SENSORS = {"acc": ("acc_noise_density", "acc_random_walk"), "gyro": ("gyro_noise_density", "gyro_random_walk")}
 """Per sensor: the filter fields of its white-noise density N and bias random walk K."""
-ALLAN_FIELDS = tuple(name for pair in SENSORS.values() for name in pair)
-"""The fields the Allan fit estimates (``--fit`` with ``--imu-noise allan`` takes these and ``variance_scale``). By
-default it sets the two densities only: with the simulator's true random walks (4× the filter's default for acc)
-the filter was less consistent on held-out flights of two presets out of three (docs/calibrate.md), since a
-looser bias absorbs the network's slow errors."""
+BIAS_FIELDS = {"acc": "init_sigma_acc_bias", "gyro": "init_sigma_gyro_bias"}
+"""Per sensor: the filter field of the spread of its bias at the start of a flight."""
+ALLAN_FIELDS = (*(name for pair in SENSORS.values() for name in pair), *BIAS_FIELDS.values())
+"""The fields the Allan stage estimates (``--fit`` with ``--imu-noise allan`` takes these and ``variance_scale``).
+By default it sets the two densities and the initial bias sigmas, not the random walks: with the simulator's true
+random walks (4× the filter's default for acc) the filter was less consistent on held-out flights of two presets
+out of three (docs/calibrate.md), since a looser bias absorbs the network's slow errors."""
+BIAS_WINDOW = 5.0
+"""Seconds from a flight's start over which its IMU error is averaged into its initial bias. White noise of density
+N leaves N/√T on that mean (a tenth of the simulated presets' 5·10⁻³ rad/s turn-on gyro bias), and a bias random
+walk K moves it by about K√T, less again."""
 UNITS = {"acc": ("m/s²/√Hz", "m/s³/√Hz"), "gyro": ("rad/s/√Hz", "rad/s²/√Hz")}
 WHITE_SLOPE_TOLERANCE = 0.1
 """Largest |slope + ½| of the Allan deviation over the shortest clusters (τ₀ to :data:`SLOPE_CLUSTERS`·τ₀) for the
@@ -87,6 +97,20 @@ class SensorNoise:
     """Log-log slope of the axes' mean Allan deviation from τ₀ to :data:`SLOPE_CLUSTERS`·τ₀ (white noise: −½)."""
     misfit: float
     """Largest factor between the fitted and the measured Allan deviation over all τ."""
+    initial_biases: np.ndarray
+    """(F, 3) each flight's bias at its start: the mean error over its first :data:`BIAS_WINDOW` seconds."""
+    bias_window: float
+    """The mean length of those stretches [s] (shorter where a flight's first uniform stretch is)."""
+
+    @property
+    def bias_resolution(self) -> float:
+        """The std the white noise alone leaves on one initial bias, N/√T [unit of the sensor's rate]."""
+        return self.density / math.sqrt(self.bias_window)
+
+    @property
+    def initial_bias_sigma(self) -> float:
+        """The filter's initial bias sigma: :func:`initial_bias_sigma` of :attr:`initial_biases`."""
+        return initial_bias_sigma(self.initial_biases, self.bias_resolution)
 
     @property
     def crossover(self) -> float:
@@ -104,6 +128,8 @@ class SensorNoise:
         out = {density_name: self.density} if density_name in names else {}
         if walk_name in names and self.walk_identified:
             out[walk_name] = self.random_walk
+        if BIAS_FIELDS[self.sensor] in names:
+            out[BIAS_FIELDS[self.sensor]] = self.initial_bias_sigma
         return out
 
     def lines(self, names: Sequence[str]) -> list[str]:
@@ -125,7 +151,16 @@ class SensorNoise:
                 else f"no random walk in the curve up to τ {self.taus[-1]:.3g} s"
             )
             walk = f"; K not identified ({why}: longer flights or a static log show it)"
-        return [line + walk]
+        field, unit = BIAS_FIELDS[self.sensor], UNITS[self.sensor][0].split("/√")[0]
+        flights = self.initial_biases.shape[0]
+        kept = "" if field in names else f"; not in --fit, the filter keeps its {field}"
+        bias = (
+            f"  {self.sensor}: initial bias over the first {self.bias_window:.3g} s of {flights} flight(s): RMS "
+            f"{math.sqrt(np.mean(self.initial_biases**2)):.3g} {unit} over {self.initial_biases.size} values (largest "
+            f"{np.abs(self.initial_biases).max():.3g}; the white noise alone leaves {self.bias_resolution:.2g}), "
+            f"sigma {self.initial_bias_sigma:.3g}{kept}"
+        )
+        return [line + walk, bias]
 
 
 def imu_errors(flight: Flight, part: slice = slice(None)) -> tuple[np.ndarray, np.ndarray]:
@@ -143,6 +178,33 @@ def imu_errors(flight: Flight, part: slice = slice(None)) -> tuple[np.ndarray, n
     force = rot.inv().apply(accel)[1:-1]
     rate = (rot[:-2].inv() * rot[2:]).as_rotvec() / (t[2:] - t[:-2])[:, None]
     return flight.acc[part][1:-1] - force, flight.gyro[part][1:-1] - rate
+
+
+def initial_bias_sigma(biases: np.ndarray, resolution: float) -> float:
+    """The spread of the bias at a flight's start, from one measured value per flight and axis: the RMS of
+    ``biases`` about zero (the filter's prior is centred on zero, so a bias shared by every flight counts too) with
+    the white noise's share ``resolution``² taken out, and never below ``resolution``: a smaller bias cannot be
+    told from none, and a filter started that sure could not learn one."""
+    excess = float(np.mean(np.asarray(biases) ** 2)) - resolution**2
+    return math.sqrt(max(excess, resolution**2))
+
+
+def start_biases(
+    found: Sequence[tuple[Flight, float, list[slice]]], tau0: float
+) -> tuple[np.ndarray, np.ndarray, float]:
+    """(acc (F, 3), gyro (F, 3), mean window [s]): each flight's mean IMU error over the first :data:`BIAS_WINDOW`
+    seconds of its first uniform stretch (``found``: per flight, its period and stretches)."""
+    acc, gyro, windows = [], [], []
+    for flight, _, stretches in found:
+        if not stretches:
+            continue
+        first = stretches[0]
+        stop = min(first.stop, first.start + round(BIAS_WINDOW / tau0) + 2)
+        errors = imu_errors(flight, slice(first.start, stop))
+        acc.append(errors[0].mean(axis=0))
+        gyro.append(errors[1].mean(axis=0))
+        windows.append((stop - first.start - 2) * tau0)
+    return np.array(acc), np.array(gyro), float(np.mean(windows))
 
 
 def allan_sums(y: np.ndarray, tau0: float, clusters: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -211,6 +273,8 @@ def allan_noise(flights: Sequence[Flight]) -> dict[str, SensorNoise]:
     taus = clusters * tau0
     out = {}
     errors = [imu_errors(f, part) for f, part in parts]
+    acc_biases, gyro_biases, window = start_biases(found, tau0)
+    biases = (acc_biases, gyro_biases)
     for k, sensor in enumerate(SENSORS):
         sums, counts = np.zeros((clusters.size, 3)), np.zeros(clusters.size)
         for pair in errors:
@@ -229,7 +293,9 @@ def allan_noise(flights: Sequence[Flight]) -> dict[str, SensorNoise]:
         model = density**2 / taus + walk**2 * taus / 3.0
         measured = 3.0 * independent >= MISFIT_CLUSTERS
         misfit = float(np.exp(np.max(np.abs(0.5 * np.log(model[measured] / mean[measured])))))
-        out[sensor] = SensorNoise(sensor, taus, avar, density, walk, axis_density, slope, misfit)
+        out[sensor] = SensorNoise(
+            sensor, taus, avar, density, walk, axis_density, slope, misfit, biases[k], float(window)
+        )
         if abs(slope + 0.5) > WHITE_SLOPE_TOLERANCE or misfit > MAX_MISFIT:
             raise CalibrationRefused(
                 f"the {sensor} error against ground truth is not white noise plus a random walk (Allan deviation "

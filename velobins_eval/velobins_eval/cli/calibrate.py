@@ -29,7 +29,7 @@ from velobins_eval.calibrate import (
     spread,
     stage_lines,
 )
-from velobins_eval.calibrate_allan import ALLAN_FIELDS
+from velobins_eval.calibrate_allan import BIAS_FIELDS
 from velobins_eval.calibrate_errors import network_lines
 from velobins_eval.calibrate_fit import (
     DEFAULT_FIT,
@@ -104,8 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     fit.add_argument(
         "--fit",
-        help=f"comma-separated fields to fit, of {', '.join(FITTABLE)} (default: the two densities, plus {SCALE} "
-        "when the measurements come from a network)",
+        help=f"comma-separated fields to fit, of {', '.join(FITTABLE)} (default: the two densities, the initial bias "
+        f"sigmas where the Allan variance measures them, and {SCALE} when the measurements come from a network)",
     )
     fit.add_argument("--grid-points", type=int, default=4, help="coarse grid values per density (1: no grid)")
     fit.add_argument("--max-evals", type=int, default=60, help="filter passes per refinement, at most")
@@ -147,11 +147,10 @@ def check_args(args: argparse.Namespace) -> None:
     ):
         if value < 1:
             raise OptionError(flag, f"must be >= 1, got {value}")
-    default = (*DEFAULT_FIT, SCALE) if mode != "synthetic" else DEFAULT_FIT
+    biases = tuple(BIAS_FIELDS.values())  # by default measured by the Allan stage only (calibrate.imu_stage)
+    default = (*DEFAULT_FIT, *biases, SCALE) if mode != "synthetic" else (*DEFAULT_FIT, *biases)
+    args.allan_only = () if args.fit is not None else biases
     args.fit = check_fit_names(args.fit.split(",")) if args.fit is not None else default
-    outside = [n for n in args.fit if n not in (*ALLAN_FIELDS, *NETWORK_FITTABLE)]
-    if args.imu_noise == "allan" and outside:
-        raise OptionError("--fit", f"{', '.join(outside)}: the Allan fit gives {', '.join(ALLAN_FIELDS)} only")
     network = [n for n in args.fit if n in NETWORK_FITTABLE]
     if args.objective not in LIKELIHOODS and (mode == "synthetic" or args.imu_noise == "network" or not network):
         raise OptionError(
