@@ -7,6 +7,7 @@ docs/calibrate.md.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import math
 import re
@@ -21,7 +22,7 @@ from velobins_data.sim.flight import simulate_flight
 from velobins_data.sim.presets import get_preset
 from velobins_ekf.config import EkfConfig
 from velobins_ekf.params import load_filter_config
-from velobins_eval.calibrate import overlay_text, spread, yaml_float
+from velobins_eval.calibrate import fitted_by_likelihood, overlay_text, spread, yaml_float
 from velobins_eval.calibrate_errors import (
     error_persistence_line,
     floor_start,
@@ -373,3 +374,17 @@ def test_cli_accuracy_objective_says_what_it_minimised(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "| s | objective [m/s] | AVE [m/s] |" in printed and "refinement: objective" in printed
     assert "Objective: fused velocity error per update (AVE) for the network's fields" in out.read_text()
+
+
+def test_a_likelihood_stage_leaves_the_default_bias_sigmas_and_says_so():
+    """The default ``--fit`` adds the initial bias sigmas for the Allan stage only (``args.allan_only``); a stage
+    fitted by likelihood (the synthetic fallback, ``--imu-noise network``) drops them with a line, and fits them
+    when ``--fit`` named them (``allan_only`` empty)."""
+    names = ["acc_noise_density", "gyro_noise_density", "init_sigma_acc_bias", "init_sigma_gyro_bias"]
+    said: list[str] = []
+    default = argparse.Namespace(allan_only=("init_sigma_acc_bias", "init_sigma_gyro_bias"))
+    assert fitted_by_likelihood(default, names, said.append) == names[:2]
+    assert said == ["the filter keeps its init_sigma_acc_bias, init_sigma_gyro_bias: only the Allan variance "
+                    "measures them by default"]  # fmt: skip
+    said.clear()
+    assert fitted_by_likelihood(argparse.Namespace(allan_only=()), names, said.append) == names and not said

@@ -293,9 +293,7 @@ def allan_noise(flights: Sequence[Flight]) -> dict[str, SensorNoise]:
         model = density**2 / taus + walk**2 * taus / 3.0
         measured = 3.0 * independent >= MISFIT_CLUSTERS
         misfit = float(np.exp(np.max(np.abs(0.5 * np.log(model[measured] / mean[measured])))))
-        out[sensor] = SensorNoise(
-            sensor, taus, avar, density, walk, axis_density, slope, misfit, biases[k], float(window)
-        )
+        out[sensor] = SensorNoise(sensor, taus, avar, density, walk, axis_density, slope, misfit, biases[k], window)
         if abs(slope + 0.5) > WHITE_SLOPE_TOLERANCE or misfit > MAX_MISFIT:
             raise CalibrationRefused(
                 f"the {sensor} error against ground truth is not white noise plus a random walk (Allan deviation "
