@@ -125,6 +125,7 @@ def test_initial_biases_are_each_flights_turn_on_bias_and_their_spread_the_filte
         field = f"init_sigma_{sensor}_bias"
         assert fit.values((field,)) == {field: fit.initial_bias_sigma}
         assert "initial bias over the first 5 s of 12 flight(s)" in fit.lines((field,))[1]
+        assert "(×/÷ 1.12, 1σ from 36 values" in fit.lines((field,))[1]  # 1 + 1/√72
         assert f"not in --fit, the filter keeps its {field}" in fit.lines(())[1]
 
 
