@@ -197,21 +197,14 @@ def initial_bias_sigma(biases: np.ndarray, resolution: float) -> float:
 
 
 def start_biases(
-    found: Sequence[tuple[Flight, float, list[slice]]], tau0: float
-) -> tuple[np.ndarray, np.ndarray, float]:
-    """(acc (F, 3), gyro (F, 3), mean window [s]): each flight's mean IMU error over the first :data:`BIAS_WINDOW`
-    seconds of its first uniform stretch (``found``: per flight, its period and stretches)."""
-    acc, gyro, windows = [], [], []
-    for flight, _, stretches in found:
-        if not stretches:
-            continue
-        first = stretches[0]
-        stop = min(first.stop, first.start + round(BIAS_WINDOW / tau0) + 2)
-        errors = imu_errors(flight, slice(first.start, stop))
-        acc.append(errors[0].mean(axis=0))
-        gyro.append(errors[1].mean(axis=0))
-        windows.append((stop - first.start - 2) * tau0)
-    return np.array(acc), np.array(gyro), float(np.mean(windows))
+    errors: Sequence[Sequence[tuple[np.ndarray, np.ndarray]]], tau0: float
+) -> tuple[tuple[np.ndarray, np.ndarray], float]:
+    """((acc (F, 3), gyro (F, 3)), mean window [s]): each flight's mean IMU error over the first :data:`BIAS_WINDOW`
+    seconds of its first uniform stretch (``errors``: per flight, :func:`imu_errors` of each of its stretches)."""
+    n = round(BIAS_WINDOW / tau0)
+    firsts = [stretches[0] for stretches in errors if stretches]
+    biases = tuple(np.array([first[k][:n].mean(axis=0) for first in firsts]) for k in range(2))
+    return biases, float(np.mean([min(n, first[0].shape[0]) for first in firsts])) * tau0
 
 
 def allan_sums(y: np.ndarray, tau0: float, clusters: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -279,9 +272,9 @@ def allan_noise(flights: Sequence[Flight]) -> dict[str, SensorNoise]:
     clusters = np.union1d(clusters, [SLOPE_CLUSTERS])
     taus = clusters * tau0
     out = {}
-    errors = [imu_errors(f, part) for f, part in parts]
-    acc_biases, gyro_biases, window = start_biases(found, tau0)
-    biases = (acc_biases, gyro_biases)
+    by_flight = [[imu_errors(f, part) for part in stretches] for f, _, stretches in found]
+    errors = [pair for stretches in by_flight for pair in stretches]
+    biases, window = start_biases(by_flight, tau0)
     for k, sensor in enumerate(SENSORS):
         sums, counts = np.zeros((clusters.size, 3)), np.zeros(clusters.size)
         for pair in errors:
