@@ -1,9 +1,10 @@
 """Small-data recipe study across platforms (issue 28): G+H^B against regression at equal wall-clock budgets.
 
-Three platforms, each with training flights and separate test flights that no run sees:
+Four platforms, each with training flights and separate test flights that no run sees:
 
 - ``n8``: 8 NanoBench train flights (the subset of ``bench_recipe.py``, seed 16), tested on the 4 NanoBench
-  val flights, EKF-fused with ``velobins_bringup/config/nanobench.yaml``;
+  val flights, EKF-fused with ``velobins_bringup/config/nanobench.yaml``; ``n16`` is the same with 16 flights
+  (about 570 s of flights, the size of the issue's own second vehicle);
 - ``rpm``: the simulator's ``rpm`` preset (0.75 kg, ESC speeds in rad/s, IMU at 200 Hz: dynamics and rotor
   signals unlike the Crazyflie), ``velobins simulate --preset rpm --flights 13 --seconds 60 --seed 28``;
   flights 0–9 train, 10–12 test, fused with the simulator's own IMU noise (``rpm_imu_noise.yaml`` here);
@@ -42,6 +43,8 @@ from bench_recipe import DATA, PARAMS, ROOT, run_logged, run_row, subset_dir, tr
 DOCS = ROOT / "docs" / "results" / "recipe_platforms"
 SIM_PARAMS = {"rpm": DOCS / "rpm_imu_noise.yaml", "nano": DOCS / "nano_calibrated_imu.yaml"}
 """The EKF parameters each simulated platform is fused with."""
+NANOBENCH_SUBSETS = {"n8": 8, "n16": 16}
+"""NanoBench subsets: platform name → number of training flights (``bench_recipe.py``'s fixed draw)."""
 SIM = ("--flights", "13", "--seconds", "60", "--seed", "28")
 SIM_TEST = 3
 """The last flights of each simulated set are the test flights."""
@@ -129,8 +132,8 @@ class Job:
 
 def platform_data(out: Path, platform: str) -> tuple[str, Path, Path, Path]:
     """(dataset kind, training folder, test folder, EKF params) of ``platform``, made on first use."""
-    if platform == "n8":
-        return "nanobench", subset_dir(out, 8), DATA / "val", PARAMS
+    if platform in NANOBENCH_SUBSETS:
+        return "nanobench", subset_dir(out, NANOBENCH_SUBSETS[platform]), DATA / "val", PARAMS
     sim = out / "sim" / f"{platform}_all"
     if not (sim / "dataset.json").exists() and not any(sim.glob("*.json")):
         cmd = ["velobins", "simulate", "--preset", platform, *SIM, "--workers", "1", "--out", str(sim)]
@@ -350,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, required=True, help="study folder (runs, subsets, simulated flights)")
     p.add_argument("--budgets", type=float, nargs="+", default=[2.0, 5.0], help="training budgets [min]")
-    p.add_argument("--platforms", nargs="+", default=["rpm", "n8"], choices=("rpm", "n8", "nano"))
+    p.add_argument("--platforms", nargs="+", default=["rpm", "n8"], choices=("rpm", *NANOBENCH_SUBSETS, "nano"))
     p.add_argument("--arms", nargs="+", default=list(ARMS), choices=tuple(ARMS))
     p.add_argument("--seeds", type=int, nargs="+", default=[0], help="training seeds (each a run of every arm)")
     p.add_argument("--jobs", type=int, default=1, help="runs at a time (each uses one thread)")
