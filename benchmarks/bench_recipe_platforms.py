@@ -4,7 +4,7 @@ Four platforms, each with training flights and separate test flights that no run
 
 - ``n8``: 8 NanoBench train flights (the subset of ``bench_recipe.py``, seed 16), tested on the 4 NanoBench
   val flights, EKF-fused with ``velobins_bringup/config/nanobench.yaml``; ``n16`` is the same with 16 flights
-  (about 570 s of flights, the size of the issue's own second vehicle);
+  (about 600 s of flights, the size of the issue's own second vehicle);
 - ``rpm``: the simulator's ``rpm`` preset (0.75 kg, ESC speeds in rad/s, IMU at 200 Hz: dynamics and rotor
   signals unlike the Crazyflie), ``velobins simulate --preset rpm --flights 13 --seconds 60 --seed 28``;
   flights 0–9 train, 10–12 test, fused with the simulator's own IMU noise (``rpm_imu_noise.yaml`` here);
