@@ -1,8 +1,10 @@
-"""Item 24 of README.md: where a run's fused filter leaves the 95 % NEES bounds, per test flight.
+"""Item 24 of README.md: where a run's fused filter leaves the 95 % NEES bounds, per test flight, and why.
 
 Reads ``<run>/<evaluation>/estimates/<flight>/<method>/updates.csv`` (``velobins evaluate``'s per-update NEES
-of the fused velocity) and prints the share of updates below the χ²(3) 95 % bounds (the filter
-under-confident) and above them (over-confident), over all flights and per flight. Usage:
+of the fused velocity, and the network's estimates with their variances, already times the run's s) and prints
+the share of updates below the χ²(3) 95 % bounds (the filter under-confident) and above them (over-confident),
+over all flights and per flight; per flight also the network's RMS error in the body frame and its RMS σ̂
+(√ of the mean variance), to see whether σ̂ follows the error from flight to flight. Usage:
 
     python nees_tails.py eval_nb9 runs/recipe28/n16_5min_reg_paper runs/recipe28/n16_5min_gh_valfloor
 """
@@ -14,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from scipy.spatial.transform import Rotation
 
 from velobins_common.stats import NEES_BOUNDS
 
@@ -24,9 +27,15 @@ LOW, HIGH = NEES_BOUNDS
 def tail_shares(run: Path, evaluation: str) -> None:
     per_flight, every = [], []
     for updates in sorted(run.glob(f"{evaluation}/estimates/*/*/updates.csv")):
-        values = pd.read_csv(updates)["nees"].to_numpy()
+        u = pd.read_csv(updates)
+        values = u["nees"].to_numpy()
         every.append(values)
-        per_flight.append(f"{updates.parts[-3]} {(values < LOW).mean():.0%} / {(values > HIGH).mean():.0%}")
+        world = u[["gt_vx", "gt_vy", "gt_vz"]].to_numpy()
+        truth = Rotation.from_quat(u[["gt_qx", "gt_qy", "gt_qz", "gt_qw"]].to_numpy()).inv().apply(world)
+        rms = np.sqrt(np.mean((u[["net_vx", "net_vy", "net_vz"]].to_numpy() - truth) ** 2))
+        sigma = np.sqrt(u[["net_var_x", "net_var_y", "net_var_z"]].to_numpy().mean())
+        tails = f"{(values < LOW).mean():.0%} / {(values > HIGH).mean():.0%}"
+        per_flight.append(f"{updates.parts[-3]} {tails} (RMS {rms:.3f}, σ̂ {sigma:.3f})")
     if not every:
         sys.exit(f"nees_tails: no {evaluation}/estimates/*/*/updates.csv under {run}")
     values = np.concatenate(every)
