@@ -49,23 +49,26 @@ def score(flights: dict[str, Flight], saved: dict[str, pd.DataFrame], scales: np
     figures = []
     for name, seq in flights.items():
         u = saved[name]
-        var = u[["net_var_x", "net_var_y", "net_var_z"]].to_numpy() * scales
-        res = run_offline(
-            seq.t,
-            seq.acc,
-            seq.gyro,
-            u.t.to_numpy(),
-            u[["net_vx", "net_vy", "net_vz"]].to_numpy(),
-            np.einsum("ni,ij->nij", var, np.eye(3)),
-            init_state=ground_truth_state(seq),
-            config=config,
-        )
-        ups = [x for x in res.updates if x.accepted]
-        stamps = np.array([x.stamp for x in ups])
-        figures.append(
-            fused_figures(seq, stamps, np.array([x.vel_world for x in ups]), np.array([x.vel_world_cov for x in ups]))
-        )
+        figures.append(replay_flight(seq, u, u[["net_var_x", "net_var_y", "net_var_z"]].to_numpy() * scales, config))
     return tuple(float(x) for x in np.mean(figures, axis=0))
+
+
+def replay_flight(seq: Flight, u: pd.DataFrame, var: np.ndarray, config=FILTER) -> tuple[float, float, float]:
+    """(fused AVE, posterior NLL, NEES share in bounds) of one flight fused offline by the filter ``config`` from
+    its saved estimates ``u`` (``updates.csv``) with the network variances ``var`` (N, 3) in place of the saved."""
+    res = run_offline(
+        seq.t,
+        seq.acc,
+        seq.gyro,
+        u.t.to_numpy(),
+        u[["net_vx", "net_vy", "net_vz"]].to_numpy(),
+        np.einsum("ni,ij->nij", var, np.eye(3)),
+        init_state=ground_truth_state(seq),
+        config=config,
+    )
+    ups = [x for x in res.updates if x.accepted]
+    stamps = np.array([x.stamp for x in ups])
+    return fused_figures(seq, stamps, np.array([x.vel_world for x in ups]), np.array([x.vel_world_cov for x in ups]))
 
 
 def fused_figures(seq: Flight, stamps: np.ndarray, vel: np.ndarray, cov: np.ndarray) -> tuple[float, float, float]:

@@ -19,12 +19,11 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from axis_scale_probe import fused_figures  # this folder: scoring by velobins evaluate's own functions
+from axis_scale_probe import replay_flight, saved_updates  # this folder: the offline replay and its scoring
 
 from velobins_data.datasets import load_flight
 from velobins_data.flight import Flight
-from velobins_ekf.offline import run_offline
-from velobins_eval.evaluate import ground_truth_state, load_ekf_config
+from velobins_eval.evaluate import load_ekf_config
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
@@ -43,27 +42,8 @@ def mapped_figures(flights: dict[str, Flight], saved: dict[str, pd.DataFrame], g
     for name, seq in flights.items():
         u = saved[name]
         var = k * median * (u[["net_var_x", "net_var_y", "net_var_z"]].to_numpy() / median) ** gamma
-        figures.append(flight_figures(seq, u, var))
+        figures.append(replay_flight(seq, u, var, FILTER))
     return np.mean(figures, axis=0)
-
-
-def flight_figures(seq: Flight, u: pd.DataFrame, var: np.ndarray) -> tuple[float, float, float]:
-    """(fused AVE, posterior NLL, NEES share) of one flight fused offline with its saved estimates ``u`` and the
-    network variances ``var`` (N, 3)."""
-    res = run_offline(
-        seq.t,
-        seq.acc,
-        seq.gyro,
-        u.t.to_numpy(),
-        u[["net_vx", "net_vy", "net_vz"]].to_numpy(),
-        np.einsum("ni,ij->nij", var, np.eye(3)),
-        init_state=ground_truth_state(seq),
-        config=FILTER,
-    )
-    ups = [x for x in res.updates if x.accepted]
-    stamps = np.array([x.stamp for x in ups])
-    vel, cov = np.array([x.vel_world for x in ups]), np.array([x.vel_world_cov for x in ups])
-    return fused_figures(seq, stamps, vel, cov)
 
 
 def per_flight_ceiling(flights: dict[str, Flight], saved: dict[str, pd.DataFrame], label: str) -> None:
@@ -72,7 +52,7 @@ def per_flight_ceiling(flights: dict[str, Flight], saved: dict[str, pd.DataFrame
     for name, seq in flights.items():
         u = saved[name]
         var = u[["net_var_x", "net_var_y", "net_var_z"]].to_numpy()
-        shares = [flight_figures(seq, u, k * var)[2] for k in PER_FLIGHT_K]
+        shares = [replay_flight(seq, u, k * var, FILTER)[2] for k in PER_FLIGHT_K]
         print(f"{label} {name}: " + ", ".join(f"k {k:g} {x:.0%}" for k, x in zip(PER_FLIGHT_K, shares, strict=True)))
         best.append(max(shares))
     print(f"{label}: each flight at its best k, {np.mean(best):.1%} in bounds on the mean")
@@ -85,8 +65,7 @@ if __name__ == "__main__":
         sys.exit(__doc__)
     val = {p.name.removesuffix(".csv.gz"): load_flight("nanobench", p) for p in sorted(VAL.glob("*.csv.gz"))}
     for run in map(Path, args[1:]):
-        estimates = run / args[0] / "estimates"
-        saved = {name: pd.read_csv(next((estimates / name).glob("*/updates.csv"))) for name in val}
+        saved = saved_updates(run / args[0], val)
         if per_flight:
             per_flight_ceiling(val, saved, run.name)
             continue
