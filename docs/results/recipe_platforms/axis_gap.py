@@ -17,15 +17,23 @@ import pandas as pd
 from scipy.spatial.transform import Rotation
 
 
+def flight_body_frame(u: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(truth, estimate, σ̂), each (N, 3) in the body frame, of one flight's saved updates (``updates.csv``)."""
+    world = u[["gt_vx", "gt_vy", "gt_vz"]].to_numpy()
+    truth = Rotation.from_quat(u[["gt_qx", "gt_qy", "gt_qz", "gt_qw"]].to_numpy()).inv().apply(world)
+    return (
+        truth,
+        u[["net_vx", "net_vy", "net_vz"]].to_numpy(),
+        np.sqrt(u[["net_var_x", "net_var_y", "net_var_z"]].to_numpy()),
+    )
+
+
 def body_truth_and_estimates(run: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(truth, estimate, σ̂), each (N, 3) in the body frame, over every test flight of ``run``."""
     truth, estimate, sigma = [], [], []
     for updates in sorted(run.glob("eval/estimates/*/*/updates.csv")):
-        u = pd.read_csv(updates)
-        world = u[["gt_vx", "gt_vy", "gt_vz"]].to_numpy()
-        truth.append(Rotation.from_quat(u[["gt_qx", "gt_qy", "gt_qz", "gt_qw"]].to_numpy()).inv().apply(world))
-        estimate.append(u[["net_vx", "net_vy", "net_vz"]].to_numpy())
-        sigma.append(np.sqrt(u[["net_var_x", "net_var_y", "net_var_z"]].to_numpy()))
+        for stack, part in zip((truth, estimate, sigma), flight_body_frame(pd.read_csv(updates)), strict=True):
+            stack.append(part)
     if not truth:
         print(f"axis_gap: no eval/estimates/*/*/updates.csv under {run}", file=sys.stderr)
         sys.exit(2)

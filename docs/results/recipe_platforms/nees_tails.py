@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy.spatial.transform import Rotation
+from axis_gap import flight_body_frame  # this folder: one flight's updates in the body frame
 
 from velobins_common.stats import NEES_BOUNDS
 
@@ -30,12 +30,10 @@ def tail_shares(run: Path, evaluation: str) -> None:
         u = pd.read_csv(updates)
         values = u["nees"].to_numpy()
         every.append(values)
-        world = u[["gt_vx", "gt_vy", "gt_vz"]].to_numpy()
-        truth = Rotation.from_quat(u[["gt_qx", "gt_qy", "gt_qz", "gt_qw"]].to_numpy()).inv().apply(world)
-        rms = np.sqrt(np.mean((u[["net_vx", "net_vy", "net_vz"]].to_numpy() - truth) ** 2))
-        sigma = np.sqrt(u[["net_var_x", "net_var_y", "net_var_z"]].to_numpy().mean())
+        truth, estimate, sigma = flight_body_frame(u)
+        rms, sigma_rms = np.sqrt(np.mean((estimate - truth) ** 2)), np.sqrt(np.mean(sigma**2))
         tails = f"{(values < LOW).mean():.0%} / {(values > HIGH).mean():.0%}"
-        per_flight.append(f"{updates.parts[-3]} {tails} (RMS {rms:.3f}, σ̂ {sigma:.3f})")
+        per_flight.append(f"{updates.parts[-3]} {tails} (RMS {rms:.3f}, σ̂ {sigma_rms:.3f})")
     if not every:
         sys.exit(f"nees_tails: no {evaluation}/estimates/*/*/updates.csv under {run}")
     values = np.concatenate(every)
