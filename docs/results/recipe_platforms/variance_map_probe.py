@@ -1,4 +1,4 @@
-"""Item 24 of README.md: can a map of the network's variances lift a run's NEES share on NanoBench val?
+"""Items 24 and 25 of README.md: can a map of the network's variances lift a run's NEES share on NanoBench val?
 
 Re-runs the EKF offline on the estimates a run's evaluation saved (``updates.csv``: ``net_v*`` and ``net_var*``,
 the variances already times the run's calibrated s) with R = k·m·(σ̂²/m)^γ, m the median saved variance: k
@@ -6,10 +6,13 @@ alone is another s, γ > 1 widens the spread between confident and unsure window
 flights (fused AVE, posterior NLL, NEES share in the 95 % bounds) with NanoBench's filter and the IMU noise
 ``velobins calibrate`` fitted on the nine calibration flights (``nanobench_cal9_imu.yaml``). An oracle on the
 test flights, not a recipe. With ``--per-flight``, each test flight gets its own k instead (the one of
-``PER_FLIGHT_K`` with the most updates in bounds): the ceiling of a σ̂ that told flights apart. Usage:
+``PER_FLIGHT_K`` with the most updates in bounds): the ceiling of a σ̂ that told flights apart. With
+``--per-axis``, the variances of each body axis get their own factor instead (``PER_AXIS_K``, item 25): what an s
+per axis would give. Usage:
 
     python variance_map_probe.py eval_nb9 runs/recipe28/n16_5min_gh_valfloor runs/recipe28/n16_5min_reg_paper
     python variance_map_probe.py --per-flight eval_nb9 runs/recipe28/n16_5min_gh_valfloor
+    python variance_map_probe.py --per-axis eval_nb9 runs/recipe28/n16_5min_gh_valfloor
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ MAPS = ((1.0, 1.0), (1.0, 0.5), (1.0, 2.0), (1.0, 4.0), (1.0, 8.0), (1.5, 1.0), 
 """(γ, k) pairs scored; (1, 1) is the run's own evaluation."""
 PER_FLIGHT_K = (0.25, 0.5, 1.0, 2.0, 4.0)
 """The factors on s tried per flight with ``--per-flight``."""
+PER_AXIS_K = ((1.0, 1.0, 1.0), (0.5, 1.0, 1.0), (0.25, 1.0, 1.0), (2.0, 1.0, 1.0), (1.0, 1.0, 0.5), (0.5, 1.5, 1.5))
+"""The (x, y, z) factors on the variances tried with ``--per-axis`` (body axes; the floor's σ̂ is widest on x)."""
 
 
 def mapped_figures(flights: dict[str, Flight], saved: dict[str, pd.DataFrame], gamma: float, k: float) -> np.ndarray:
@@ -44,6 +49,18 @@ def mapped_figures(flights: dict[str, Flight], saved: dict[str, pd.DataFrame], g
         var = k * median * (u[["net_var_x", "net_var_y", "net_var_z"]].to_numpy() / median) ** gamma
         figures.append(replay_flight(seq, u, var, FILTER))
     return np.mean(figures, axis=0)
+
+
+def per_axis_figures(flights: dict[str, Flight], saved: dict[str, pd.DataFrame], label: str) -> None:
+    """Print mean fused AVE, NLL and NEES share with each body axis's variances times its factor (``PER_AXIS_K``)."""
+    for k in PER_AXIS_K:
+        figures = []
+        for name, seq in flights.items():
+            u = saved[name]
+            var = u[["net_var_x", "net_var_y", "net_var_z"]].to_numpy() * np.asarray(k)
+            figures.append(replay_flight(seq, u, var, FILTER))
+        fused, nll, inside = np.mean(figures, axis=0)
+        print(f"{label} k (x, y, z) {k}: fused AVE {fused:.3f}, NLL {nll:.3f}, in bounds {inside:.1%}")
 
 
 def per_flight_ceiling(flights: dict[str, Flight], saved: dict[str, pd.DataFrame], label: str) -> None:
@@ -59,8 +76,8 @@ def per_flight_ceiling(flights: dict[str, Flight], saved: dict[str, pd.DataFrame
 
 
 if __name__ == "__main__":
-    per_flight = "--per-flight" in sys.argv
-    args = [a for a in sys.argv[1:] if a != "--per-flight"]
+    per_flight, per_axis = "--per-flight" in sys.argv, "--per-axis" in sys.argv
+    args = [a for a in sys.argv[1:] if a not in ("--per-flight", "--per-axis")]
     if len(args) < 2:
         sys.exit(__doc__)
     val = {p.name.removesuffix(".csv.gz"): load_flight("nanobench", p) for p in sorted(VAL.glob("*.csv.gz"))}
@@ -68,6 +85,9 @@ if __name__ == "__main__":
         saved = saved_updates(run / args[0], val)
         if per_flight:
             per_flight_ceiling(val, saved, run.name)
+            continue
+        if per_axis:
+            per_axis_figures(val, saved, run.name)
             continue
         for gamma, k in MAPS:
             fused, nll, inside = mapped_figures(val, saved, gamma, k)
