@@ -18,6 +18,7 @@ per axis would give. Usage:
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -51,16 +52,26 @@ def mapped_figures(flights: dict[str, Flight], saved: dict[str, pd.DataFrame], g
     return np.mean(figures, axis=0)
 
 
+def axis_factor_figures(flights: dict[str, Flight], saved: dict[str, pd.DataFrame], k: Sequence[float]) -> np.ndarray:
+    """Mean over flights of (fused AVE, posterior NLL, NEES share) with each body axis's variances times its factor."""
+    figures = []
+    for name, seq in flights.items():
+        u = saved[name]
+        var = u[["net_var_x", "net_var_y", "net_var_z"]].to_numpy() * np.asarray(k)
+        figures.append(replay_flight(seq, u, var, FILTER))
+    return np.mean(figures, axis=0)
+
+
 def per_axis_figures(flights: dict[str, Flight], saved: dict[str, pd.DataFrame], label: str) -> None:
     """Print mean fused AVE, NLL and NEES share with each body axis's variances times its factor (``PER_AXIS_K``)."""
     for k in PER_AXIS_K:
-        figures = []
-        for name, seq in flights.items():
-            u = saved[name]
-            var = u[["net_var_x", "net_var_y", "net_var_z"]].to_numpy() * np.asarray(k)
-            figures.append(replay_flight(seq, u, var, FILTER))
-        fused, nll, inside = np.mean(figures, axis=0)
+        fused, nll, inside = axis_factor_figures(flights, saved, k)
         print(f"{label} k (x, y, z) {k}: fused AVE {fused:.3f}, NLL {nll:.3f}, in bounds {inside:.1%}")
+
+
+def nanobench_folder(folder: Path) -> dict[str, Flight]:
+    """The NanoBench flights (``*.csv.gz``) of a folder, by name."""
+    return {p.name.removesuffix(".csv.gz"): load_flight("nanobench", p) for p in sorted(folder.glob("*.csv.gz"))}
 
 
 def per_flight_ceiling(flights: dict[str, Flight], saved: dict[str, pd.DataFrame], label: str) -> None:
@@ -80,7 +91,7 @@ if __name__ == "__main__":
     args = [a for a in sys.argv[1:] if a not in ("--per-flight", "--per-axis")]
     if len(args) < 2:
         sys.exit(__doc__)
-    val = {p.name.removesuffix(".csv.gz"): load_flight("nanobench", p) for p in sorted(VAL.glob("*.csv.gz"))}
+    val = nanobench_folder(VAL)
     for run in map(Path, args[1:]):
         saved = saved_updates(run / args[0], val)
         if per_flight:
