@@ -18,7 +18,7 @@ per axis would give. Usage:
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -41,25 +41,28 @@ PER_AXIS_K = ((1.0, 1.0, 1.0), (0.5, 1.0, 1.0), (0.25, 1.0, 1.0), (2.0, 1.0, 1.0
 """The (x, y, z) factors on the variances tried with ``--per-axis`` (body axes; the floor's σ̂ is widest on x)."""
 
 
+VAR_COLUMNS = ["net_var_x", "net_var_y", "net_var_z"]
+"""The saved network variances (already times the run's s) in ``updates.csv``."""
+
+
+def replayed_figures(
+    flights: dict[str, Flight], saved: dict[str, pd.DataFrame], variances: Callable[[np.ndarray], np.ndarray]
+) -> np.ndarray:
+    """Mean over flights of (fused AVE, posterior NLL, NEES share), each flight replayed with ``variances(saved)``."""
+    figures = [replay_flight(seq, saved[name], variances(saved[name][VAR_COLUMNS].to_numpy()), FILTER)
+               for name, seq in flights.items()]  # fmt: skip
+    return np.mean(figures, axis=0)
+
+
 def mapped_figures(flights: dict[str, Flight], saved: dict[str, pd.DataFrame], gamma: float, k: float) -> np.ndarray:
     """Mean over flights of (fused AVE, posterior NLL, NEES share) with the variances mapped by (γ, k)."""
-    median = np.median(np.vstack([u[["net_var_x", "net_var_y", "net_var_z"]].to_numpy() for u in saved.values()]))
-    figures = []
-    for name, seq in flights.items():
-        u = saved[name]
-        var = k * median * (u[["net_var_x", "net_var_y", "net_var_z"]].to_numpy() / median) ** gamma
-        figures.append(replay_flight(seq, u, var, FILTER))
-    return np.mean(figures, axis=0)
+    median = np.median(np.vstack([u[VAR_COLUMNS].to_numpy() for u in saved.values()]))
+    return replayed_figures(flights, saved, lambda var: k * median * (var / median) ** gamma)
 
 
 def axis_factor_figures(flights: dict[str, Flight], saved: dict[str, pd.DataFrame], k: Sequence[float]) -> np.ndarray:
     """Mean over flights of (fused AVE, posterior NLL, NEES share) with each body axis's variances times its factor."""
-    figures = []
-    for name, seq in flights.items():
-        u = saved[name]
-        var = u[["net_var_x", "net_var_y", "net_var_z"]].to_numpy() * np.asarray(k)
-        figures.append(replay_flight(seq, u, var, FILTER))
-    return np.mean(figures, axis=0)
+    return replayed_figures(flights, saved, lambda var: var * np.asarray(k))
 
 
 def per_axis_figures(flights: dict[str, Flight], saved: dict[str, pd.DataFrame], label: str) -> None:
@@ -79,7 +82,7 @@ def per_flight_ceiling(flights: dict[str, Flight], saved: dict[str, pd.DataFrame
     best = []
     for name, seq in flights.items():
         u = saved[name]
-        var = u[["net_var_x", "net_var_y", "net_var_z"]].to_numpy()
+        var = u[VAR_COLUMNS].to_numpy()
         shares = [replay_flight(seq, u, k * var, FILTER)[2] for k in PER_FLIGHT_K]
         print(f"{label} {name}: " + ", ".join(f"k {k:g} {x:.0%}" for k, x in zip(PER_FLIGHT_K, shares, strict=True)))
         best.append(max(shares))
