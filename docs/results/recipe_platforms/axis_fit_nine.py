@@ -17,8 +17,9 @@ import itertools
 import sys
 from pathlib import Path
 
-from axis_scale_probe import saved_updates  # this folder: an evaluation's saved estimates
-from variance_map_probe import VAL, axis_factor_figures, nanobench_folder  # this folder: the per-axis replay
+import numpy as np
+from axis_scale_probe import flights_in, saved_updates, score  # this folder: loading, the per-axis replay
+from variance_map_probe import FILTER, VAL  # this folder: item 24's filter and test flights
 
 AXIS_GRID = list(itertools.product((0.25, 0.5, 1.0, 2.0), (0.5, 1.0, 2.0), (0.5, 1.0, 2.0)))
 """The (x, y, z) factors tried; x reaches lower because the floor's σ̂ is widest there (item 25)."""
@@ -28,13 +29,13 @@ UNIT = (1.0, 1.0, 1.0)
 if __name__ == "__main__":
     if len(sys.argv) < 3:
         sys.exit(__doc__)
-    cal, val = nanobench_folder(Path(sys.argv[1])), nanobench_folder(VAL)
+    cal, val = flights_in(Path(sys.argv[1]), "nanobench"), flights_in(VAL, "nanobench")
     for run in map(Path, sys.argv[2:]):
         on_cal, on_val = saved_updates(run / "eval_on_cal9", cal), saved_updates(run / "eval_nb9", val)
-        fits = {k: axis_factor_figures(cal, on_cal, k) for k in AXIS_GRID}
+        fits = {k: score(cal, on_cal, np.asarray(k), FILTER) for k in AXIS_GRID}
         best = min(AXIS_GRID, key=lambda k: fits[k][1])
         for label, k in (("factors 1", UNIT), (f"factors {best} (nine-flight NLL)", best)):
-            c, v = fits[k], axis_factor_figures(val, on_val, k)
+            c, v = fits[k], score(val, on_val, np.asarray(k), FILTER)
             print(
                 f"{run.name} {label}: nine flights NLL {c[1]:.3f}, {c[2]:.1%} in bounds; "
                 f"val fused AVE {v[0]:.3f}, NLL {v[1]:.3f}, {v[2]:.1%} in bounds"

@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import itertools
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from velobins_common.stats import gaussian_nll_samples, nees
-from velobins_data.datasets import load_flight
+from velobins_data.datasets import load_flights
 from velobins_data.flight import Flight
 from velobins_ekf.offline import run_offline
 from velobins_eval.evaluate import ground_truth_state, load_ekf_config
@@ -43,14 +43,27 @@ def saved_updates(evaluation: Path, flights: Iterable[str]) -> dict[str, pd.Data
     return {name: pd.read_csv(next((evaluation / "estimates" / name).glob("*/updates.csv"))) for name in flights}
 
 
+VAR_COLUMNS = ["net_var_x", "net_var_y", "net_var_z"]
+"""The saved network variances in ``updates.csv`` (already times the run's s)."""
+
+
+def replay_mean(
+    flights: dict[str, Flight],
+    saved: dict[str, pd.DataFrame],
+    variances: Callable[[np.ndarray], np.ndarray],
+    config=FILTER,
+) -> tuple[float, float, float]:
+    """(fused AVE, posterior NLL, NEES share in bounds), means over flights, each flight replayed by
+    :func:`replay_flight` with ``variances(saved variances)`` (N, 3) in place of its saved ones."""
+    figures = [replay_flight(seq, saved[name], variances(saved[name][VAR_COLUMNS].to_numpy()), config)
+               for name, seq in flights.items()]  # fmt: skip
+    return tuple(float(x) for x in np.mean(figures, axis=0))
+
+
 def score(flights: dict[str, Flight], saved: dict[str, pd.DataFrame], scales: np.ndarray, config=FILTER):
     """(fused AVE, posterior NLL, NEES share in bounds), means over flights, with the saved variances multiplied
     per body axis by ``scales`` (3,), fused by the filter ``config``."""
-    figures = []
-    for name, seq in flights.items():
-        u = saved[name]
-        figures.append(replay_flight(seq, u, u[["net_var_x", "net_var_y", "net_var_z"]].to_numpy() * scales, config))
-    return tuple(float(x) for x in np.mean(figures, axis=0))
+    return replay_mean(flights, saved, lambda var: var * np.asarray(scales), config)
 
 
 def replay_flight(seq: Flight, u: pd.DataFrame, var: np.ndarray, config=FILTER) -> tuple[float, float, float]:
@@ -79,8 +92,9 @@ def fused_figures(seq: Flight, stamps: np.ndarray, vel: np.ndarray, cov: np.ndar
     return ave(vel, truth), float(gaussian_nll_samples(err, cov).mean()), nees_summary(nees(err, cov)).in_bounds
 
 
-def flights_in(folder: Path) -> dict[str, Flight]:
-    return {p.stem: load_flight("csv", p) for p in sorted(folder.glob("*.csv"))}
+def flights_in(folder: Path, kind: str = "csv") -> dict[str, Flight]:
+    """The ``kind`` flights of a folder (``velobins_data``'s loader and checks), by flight name."""
+    return {f.name: f for f in load_flights(kind, folder, progress=False).sequences}
 
 
 def main(study: Path, oracle: bool, runs: list[str]) -> None:

@@ -18,14 +18,19 @@ per axis would give. Usage:
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from axis_scale_probe import replay_flight, saved_updates  # this folder: the offline replay and its scoring
+from axis_scale_probe import (  # this folder: the offline replay, its scoring and loading
+    VAR_COLUMNS,
+    flights_in,
+    replay_flight,
+    replay_mean,
+    saved_updates,
+    score,
+)
 
-from velobins_data.datasets import load_flight
 from velobins_data.flight import Flight
 from velobins_eval.evaluate import load_ekf_config
 
@@ -41,40 +46,17 @@ PER_AXIS_K = ((1.0, 1.0, 1.0), (0.5, 1.0, 1.0), (0.25, 1.0, 1.0), (2.0, 1.0, 1.0
 """The (x, y, z) factors on the variances tried with ``--per-axis`` (body axes; the floor's σ̂ is widest on x)."""
 
 
-VAR_COLUMNS = ["net_var_x", "net_var_y", "net_var_z"]
-"""The saved network variances (already times the run's s) in ``updates.csv``."""
-
-
-def replayed_figures(
-    flights: dict[str, Flight], saved: dict[str, pd.DataFrame], variances: Callable[[np.ndarray], np.ndarray]
-) -> np.ndarray:
-    """Mean over flights of (fused AVE, posterior NLL, NEES share), each flight replayed with ``variances(saved)``."""
-    figures = [replay_flight(seq, saved[name], variances(saved[name][VAR_COLUMNS].to_numpy()), FILTER)
-               for name, seq in flights.items()]  # fmt: skip
-    return np.mean(figures, axis=0)
-
-
 def mapped_figures(flights: dict[str, Flight], saved: dict[str, pd.DataFrame], gamma: float, k: float) -> np.ndarray:
     """Mean over flights of (fused AVE, posterior NLL, NEES share) with the variances mapped by (γ, k)."""
     median = np.median(np.vstack([u[VAR_COLUMNS].to_numpy() for u in saved.values()]))
-    return replayed_figures(flights, saved, lambda var: k * median * (var / median) ** gamma)
-
-
-def axis_factor_figures(flights: dict[str, Flight], saved: dict[str, pd.DataFrame], k: Sequence[float]) -> np.ndarray:
-    """Mean over flights of (fused AVE, posterior NLL, NEES share) with each body axis's variances times its factor."""
-    return replayed_figures(flights, saved, lambda var: var * np.asarray(k))
+    return np.asarray(replay_mean(flights, saved, lambda var: k * median * (var / median) ** gamma, FILTER))
 
 
 def per_axis_figures(flights: dict[str, Flight], saved: dict[str, pd.DataFrame], label: str) -> None:
     """Print mean fused AVE, NLL and NEES share with each body axis's variances times its factor (``PER_AXIS_K``)."""
     for k in PER_AXIS_K:
-        fused, nll, inside = axis_factor_figures(flights, saved, k)
+        fused, nll, inside = score(flights, saved, np.asarray(k), FILTER)
         print(f"{label} k (x, y, z) {k}: fused AVE {fused:.3f}, NLL {nll:.3f}, in bounds {inside:.1%}")
-
-
-def nanobench_folder(folder: Path) -> dict[str, Flight]:
-    """The NanoBench flights (``*.csv.gz``) of a folder, by name."""
-    return {p.name.removesuffix(".csv.gz"): load_flight("nanobench", p) for p in sorted(folder.glob("*.csv.gz"))}
 
 
 def per_flight_ceiling(flights: dict[str, Flight], saved: dict[str, pd.DataFrame], label: str) -> None:
@@ -94,7 +76,7 @@ if __name__ == "__main__":
     args = [a for a in sys.argv[1:] if a not in ("--per-flight", "--per-axis")]
     if len(args) < 2:
         sys.exit(__doc__)
-    val = nanobench_folder(VAL)
+    val = flights_in(VAL, "nanobench")
     for run in map(Path, args[1:]):
         saved = saved_updates(run / args[0], val)
         if per_flight:
