@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from velobins_common.errors import UserError
 from velobins_common.stats import gaussian_nll_samples, nees
 from velobins_data.datasets import load_flights
 from velobins_data.flight import Flight
@@ -39,8 +40,15 @@ FIT_GRID = list(itertools.product([2.0**k for k in range(-2, 5)], [2.0**k for k 
 
 
 def saved_updates(evaluation: Path, flights: Iterable[str]) -> dict[str, pd.DataFrame]:
-    """Each flight's updates.csv of an evaluation folder (one method per evaluation)."""
-    return {name: pd.read_csv(next((evaluation / "estimates" / name).glob("*/updates.csv"))) for name in flights}
+    """Each flight's updates.csv of an evaluation folder (one method per evaluation); exits 2 with one line
+    naming the missing file when an evaluation has not run (or not on these flights)."""
+    saved = {}
+    for name in flights:
+        found = sorted((evaluation / "estimates" / name).glob("*/updates.csv"))
+        if not found:
+            sys.exit(_fail(f"no {evaluation / 'estimates' / name}/*/updates.csv (run velobins evaluate first)"))
+        saved[name] = pd.read_csv(found[0])
+    return saved
 
 
 VAR_COLUMNS = ["net_var_x", "net_var_y", "net_var_z"]
@@ -94,7 +102,16 @@ def fused_figures(seq: Flight, stamps: np.ndarray, vel: np.ndarray, cov: np.ndar
 
 def flights_in(folder: Path, kind: str = "csv") -> dict[str, Flight]:
     """The ``kind`` flights of a folder (``velobins_data``'s loader and checks), by flight name."""
-    return {f.name: f for f in load_flights(kind, folder, progress=False).sequences}
+    try:
+        return {f.name: f for f in load_flights(kind, folder, progress=False).sequences}
+    except (UserError, ValueError, OSError) as exc:
+        sys.exit(_fail(str(exc)))
+
+
+def _fail(message: str) -> int:
+    """Print one line on standard error and give the exit status 2 of a user's mistake."""
+    print(f"{Path(sys.argv[0]).name}: {message}", file=sys.stderr)
+    return 2
 
 
 def main(study: Path, oracle: bool, runs: list[str]) -> None:
