@@ -8,11 +8,13 @@ flights (fused AVE, posterior NLL, NEES share in the 95 % bounds) with NanoBench
 test flights, not a recipe. With ``--per-flight``, each test flight gets its own k instead (the one of
 ``PER_FLIGHT_K`` with the most updates in bounds): the ceiling of a σ̂ that told flights apart. With
 ``--per-axis``, the variances of each body axis get their own factor instead (``PER_AXIS_K``, item 25): what an s
-per axis would give. Usage:
+per axis would give. With ``--speed-term``, R = k·σ̂² + b·m·‖v̂‖² per axis instead (``SPEED_TERMS``, item 26; v̂
+the network's own estimate, so a filter could do it in flight): a noise that grows with speed. Usage:
 
     python variance_map_probe.py eval_nb9 runs/recipe28/n16_5min_gh_valfloor runs/recipe28/n16_5min_reg_paper
     python variance_map_probe.py --per-flight eval_nb9 runs/recipe28/n16_5min_gh_valfloor
     python variance_map_probe.py --per-axis eval_nb9 runs/recipe28/n16_5min_gh_valfloor
+    python variance_map_probe.py --speed-term eval_nb9 runs/recipe28/n16_5min_gh_valfloor
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ PER_FLIGHT_K = (0.25, 0.5, 1.0, 2.0, 4.0)
 """The factors on s tried per flight with ``--per-flight``."""
 PER_AXIS_K = ((1.0, 1.0, 1.0), (0.5, 1.0, 1.0), (0.25, 1.0, 1.0), (2.0, 1.0, 1.0), (1.0, 1.0, 0.5), (0.5, 1.5, 1.5))
 """The (x, y, z) factors on the variances tried with ``--per-axis`` (body axes; the floor's σ̂ is widest on x)."""
+SPEED_TERMS = tuple((k, b) for k in (1.0, 0.5, 0.25) for b in (0.0, 0.5, 1.0, 2.0, 4.0))
+"""The (k, b) pairs of ``--speed-term``: k on the saved variances, b [per (m/s)²] on m·‖v̂‖²."""
 
 
 def mapped_figures(flights: dict[str, Flight], saved: dict[str, pd.DataFrame], gamma: float, k: float) -> np.ndarray:
@@ -59,6 +63,19 @@ def per_axis_figures(flights: dict[str, Flight], saved: dict[str, pd.DataFrame],
         print(f"{label} k (x, y, z) {k}: fused AVE {fused:.3f}, NLL {nll:.3f}, in bounds {inside:.1%}")
 
 
+def speed_term_figures(flights: dict[str, Flight], saved: dict[str, pd.DataFrame], label: str) -> None:
+    """Print mean fused AVE, NLL and NEES share with R = k·σ̂² + b·m·‖v̂‖² on every axis (``SPEED_TERMS``)."""
+    median = np.median(np.vstack([u[VAR_COLUMNS].to_numpy() for u in saved.values()]))
+    speed2 = {name: np.sum(u[["net_vx", "net_vy", "net_vz"]].to_numpy() ** 2, axis=1) for name, u in saved.items()}
+    for k, b in SPEED_TERMS:
+        figures = []
+        for name, seq in flights.items():
+            var = k * saved[name][VAR_COLUMNS].to_numpy() + b * median * speed2[name][:, None]
+            figures.append(replay_flight(seq, saved[name], var, FILTER))
+        fused, nll, inside = np.mean(figures, axis=0)
+        print(f"{label} k {k:g} b {b:g}: fused AVE {fused:.3f}, NLL {nll:.3f}, in bounds {inside:.1%}")
+
+
 def per_flight_ceiling(flights: dict[str, Flight], saved: dict[str, pd.DataFrame], label: str) -> None:
     """Print each flight's NEES share at every k of ``PER_FLIGHT_K`` and the mean share at each flight's best."""
     best = []
@@ -72,8 +89,9 @@ def per_flight_ceiling(flights: dict[str, Flight], saved: dict[str, pd.DataFrame
 
 
 if __name__ == "__main__":
-    per_flight, per_axis = "--per-flight" in sys.argv, "--per-axis" in sys.argv
-    args = [a for a in sys.argv[1:] if a not in ("--per-flight", "--per-axis")]
+    modes = ("--per-flight", "--per-axis", "--speed-term")
+    per_flight, per_axis, speed_term = (mode in sys.argv for mode in modes)
+    args = [a for a in sys.argv[1:] if a not in modes]
     if len(args) < 2:
         sys.exit(__doc__)
     val = flights_in(VAL, "nanobench")
@@ -84,6 +102,9 @@ if __name__ == "__main__":
             continue
         if per_axis:
             per_axis_figures(val, saved, run.name)
+            continue
+        if speed_term:
+            speed_term_figures(val, saved, run.name)
             continue
         for gamma, k in MAPS:
             fused, nll, inside = mapped_figures(val, saved, gamma, k)
