@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import random
+import signal
 import sys
 from pathlib import Path
 
@@ -24,6 +25,14 @@ GRAPH_FIXTURES = Path(__file__).resolve().parent / "velobins_eval" / "test"
 for _folder in (SHARED_FIXTURES, GRAPH_FIXTURES):
     if str(_folder) not in sys.path:
         sys.path.insert(0, str(_folder))
+
+# A suite started in the background without job control (nohup, `cmd &` in a script, some CI runners) inherits
+# SIGINT ignored, and so would every node, launch and job it starts: Ctrl-C would never reach them, and the tests
+# of what Ctrl-C and a launch's shutdown do would fail for a reason that is not the product's. A handler set here
+# is reset to the default in every process the tests start (ignored signals stay ignored across exec, handled
+# ones do not).
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _ros_available() -> str | None:
