@@ -53,25 +53,27 @@ def saved_updates(evaluation: Path, flights: Iterable[str]) -> dict[str, pd.Data
 
 VAR_COLUMNS = ["net_var_x", "net_var_y", "net_var_z"]
 """The saved network variances in ``updates.csv`` (already times the run's s)."""
+ESTIMATE_COLUMNS = ["net_vx", "net_vy", "net_vz"]
+"""The saved network estimates in ``updates.csv`` (body frame, m/s)."""
 
 
 def replay_mean(
     flights: dict[str, Flight],
     saved: dict[str, pd.DataFrame],
-    variances: Callable[[np.ndarray], np.ndarray],
+    variances: Callable[[pd.DataFrame], np.ndarray],
     config=FILTER,
 ) -> tuple[float, float, float]:
     """(fused AVE, posterior NLL, NEES share in bounds), means over flights, each flight replayed by
-    :func:`replay_flight` with ``variances(saved variances)`` (N, 3) in place of its saved ones."""
-    figures = [replay_flight(seq, saved[name], variances(saved[name][VAR_COLUMNS].to_numpy()), config)
-               for name, seq in flights.items()]  # fmt: skip
+    :func:`replay_flight` with ``variances(its saved updates)`` (N, 3) in place of its saved variances (a map
+    may read the estimates too, not only ``VAR_COLUMNS``)."""
+    figures = [replay_flight(seq, saved[name], variances(saved[name]), config) for name, seq in flights.items()]
     return tuple(float(x) for x in np.mean(figures, axis=0))
 
 
 def score(flights: dict[str, Flight], saved: dict[str, pd.DataFrame], scales: np.ndarray, config=FILTER):
     """(fused AVE, posterior NLL, NEES share in bounds), means over flights, with the saved variances multiplied
     per body axis by ``scales`` (3,), fused by the filter ``config``."""
-    return replay_mean(flights, saved, lambda var: var * np.asarray(scales), config)
+    return replay_mean(flights, saved, lambda u: u[VAR_COLUMNS].to_numpy() * np.asarray(scales), config)
 
 
 def replay_flight(seq: Flight, u: pd.DataFrame, var: np.ndarray, config=FILTER) -> tuple[float, float, float]:
@@ -82,7 +84,7 @@ def replay_flight(seq: Flight, u: pd.DataFrame, var: np.ndarray, config=FILTER) 
         seq.acc,
         seq.gyro,
         u.t.to_numpy(),
-        u[["net_vx", "net_vy", "net_vz"]].to_numpy(),
+        u[ESTIMATE_COLUMNS].to_numpy(),
         np.einsum("ni,ij->nij", var, np.eye(3)),
         init_state=ground_truth_state(seq),
         config=config,

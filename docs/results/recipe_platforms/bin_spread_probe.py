@@ -19,12 +19,8 @@ import sys
 
 import numpy as np
 import torch
-from local_decode import distributions  # this folder: the node's estimates with their bin distributions
+from local_decode import binned_model, distributions  # this folder: loading, the node's estimates with their bins
 from scipy.stats import spearmanr
-
-from velobins_common.errors import UserError
-from velobins_data.datasets import load_flights
-from velobins_net.inference import load_checkpoint
 
 LOCAL = 0.3
 """Half-width [m/s] around the mode of the local spread and of the tail mass."""
@@ -62,17 +58,10 @@ def main(argv: list[str]) -> int:
     if len(argv) != 2:
         print(__doc__, file=sys.stderr)
         return 2
-    try:
-        model = load_checkpoint(argv[0])
-        flights = load_flights("nanobench", argv[1]).sequences
-    except (UserError, OSError, ValueError) as exc:
-        print(f"bin_spread_probe: {exc}", file=sys.stderr)
+    loaded = binned_model(argv[0], argv[1], "bin_spread_probe")
+    if loaded is None:
         return 2
-    decoder = next((m for m in model.modules() if hasattr(m, "centres")), None)
-    if decoder is None:
-        print(f"bin_spread_probe: {argv[0]} has no velocity bins (a regression model?)", file=sys.stderr)
-        return 2
-    centres = decoder.centres.double()
+    model, flights, centres = loaded
     errors, features = [], []
     for f in flights:
         truth, _, probs = distributions(model, [f])

@@ -47,22 +47,31 @@ def slope_and_rms(truth: np.ndarray, est: np.ndarray) -> tuple[np.ndarray, np.nd
     return slope, np.sqrt(((est - truth) ** 2).mean(0))
 
 
+def binned_model(checkpoint: str, data: str, prog: str) -> tuple[torch.nn.Module, list, torch.Tensor] | None:
+    """(model, the NanoBench flights in ``data``, its bin centres in float64) for a checkpoint with velocity bins;
+    None after one line on standard error, prefixed ``prog``, naming what is wrong (the caller exits 2)."""
+    try:
+        model = load_checkpoint(checkpoint)
+        flights = load_flights("nanobench", data).sequences
+    except (UserError, OSError, ValueError) as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return None
+    decoder = next((m for m in model.modules() if hasattr(m, "centres")), None)
+    if decoder is None:
+        print(f"{prog}: {checkpoint} has no velocity bins (a regression model?)", file=sys.stderr)
+        return None
+    return model, flights, decoder.centres.double()
+
+
 def main(argv: list[str]) -> int:
     if len(argv) < 2:
         print(__doc__, file=sys.stderr)
         return 2
-    try:
-        model = load_checkpoint(argv[0])
-        flights = load_flights("nanobench", argv[1]).sequences
-    except (UserError, OSError, ValueError) as exc:
-        print(f"local_decode: {exc}", file=sys.stderr)
+    loaded = binned_model(argv[0], argv[1], "local_decode")
+    if loaded is None:
         return 2
+    model, flights, centres = loaded
     windows = [float(w) for w in argv[2:]] or [0.25, 0.5, 1.0]
-    decoder = next((m for m in model.modules() if hasattr(m, "centres")), None)
-    if decoder is None:
-        print(f"local_decode: {argv[0]} has no velocity bins (a regression model?)", file=sys.stderr)
-        return 2
-    centres = decoder.centres.double()
     truth, plain, probs = distributions(model, flights)
     mean = (probs @ centres).numpy()
     print(f"{len(truth)} estimates; the expectation matches the node's: {np.allclose(mean, plain, atol=1e-4)}")

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from axis_scale_probe import (  # this folder: the offline replay, its scoring and loading
+    ESTIMATE_COLUMNS,
     VAR_COLUMNS,
     flights_in,
     replay_flight,
@@ -50,10 +51,15 @@ SPEED_TERMS = tuple((k, b) for k in (1.0, 0.5, 0.25) for b in (0.0, 0.5, 1.0, 2.
 """The (k, b) pairs of ``--speed-term``: k on the saved variances, b [per (m/s)²] on m·‖v̂‖²."""
 
 
+def median_variance(saved: dict[str, pd.DataFrame]) -> float:
+    """m: the median of every saved variance of every flight (the maps' reference level)."""
+    return float(np.median(np.vstack([u[VAR_COLUMNS].to_numpy() for u in saved.values()])))
+
+
 def mapped_figures(flights: dict[str, Flight], saved: dict[str, pd.DataFrame], gamma: float, k: float) -> np.ndarray:
     """Mean over flights of (fused AVE, posterior NLL, NEES share) with the variances mapped by (γ, k)."""
-    median = np.median(np.vstack([u[VAR_COLUMNS].to_numpy() for u in saved.values()]))
-    return np.asarray(replay_mean(flights, saved, lambda var: k * median * (var / median) ** gamma, FILTER))
+    m = median_variance(saved)
+    return np.asarray(replay_mean(flights, saved, lambda u: k * m * (u[VAR_COLUMNS].to_numpy() / m) ** gamma, FILTER))
 
 
 def per_axis_figures(flights: dict[str, Flight], saved: dict[str, pd.DataFrame], label: str) -> None:
@@ -65,14 +71,14 @@ def per_axis_figures(flights: dict[str, Flight], saved: dict[str, pd.DataFrame],
 
 def speed_term_figures(flights: dict[str, Flight], saved: dict[str, pd.DataFrame], label: str) -> None:
     """Print mean fused AVE, NLL and NEES share with R = k·σ̂² + b·m·‖v̂‖² on every axis (``SPEED_TERMS``)."""
-    median = np.median(np.vstack([u[VAR_COLUMNS].to_numpy() for u in saved.values()]))
-    speed2 = {name: np.sum(u[["net_vx", "net_vy", "net_vz"]].to_numpy() ** 2, axis=1) for name, u in saved.items()}
+    m = median_variance(saved)
+
+    def speed_term(u: pd.DataFrame, k: float, b: float) -> np.ndarray:
+        speed2 = np.sum(u[ESTIMATE_COLUMNS].to_numpy() ** 2, axis=1, keepdims=True)
+        return k * u[VAR_COLUMNS].to_numpy() + b * m * speed2
+
     for k, b in SPEED_TERMS:
-        figures = []
-        for name, seq in flights.items():
-            var = k * saved[name][VAR_COLUMNS].to_numpy() + b * median * speed2[name][:, None]
-            figures.append(replay_flight(seq, saved[name], var, FILTER))
-        fused, nll, inside = np.mean(figures, axis=0)
+        fused, nll, inside = replay_mean(flights, saved, lambda u, k=k, b=b: speed_term(u, k, b), FILTER)
         print(f"{label} k {k:g} b {b:g}: fused AVE {fused:.3f}, NLL {nll:.3f}, in bounds {inside:.1%}")
 
 
