@@ -67,11 +67,15 @@ def main(argv: list[str]) -> int:
     if len(argv) < 2:
         print(__doc__, file=sys.stderr)
         return 2
+    try:
+        windows = [float(w) for w in argv[2:]] or [0.25, 0.5, 1.0]
+    except ValueError as exc:
+        print(f"local_decode: a window must be a number of m/s ({exc})", file=sys.stderr)
+        return 2
     loaded = binned_model(argv[0], argv[1], "local_decode")
     if loaded is None:
         return 2
     model, flights, centres = loaded
-    windows = [float(w) for w in argv[2:]] or [0.25, 0.5, 1.0]
     truth, plain, probs = distributions(model, flights)
     mean = (probs @ centres).numpy()
     print(f"{len(truth)} estimates; the expectation matches the node's: {np.allclose(mean, plain, atol=1e-4)}")
