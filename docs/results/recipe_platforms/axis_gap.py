@@ -19,8 +19,8 @@ from scipy.spatial.transform import Rotation
 
 def flight_body_frame(u: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(truth, estimate, σ̂), each (N, 3) in the body frame, of one flight's saved updates (``updates.csv``)."""
-    world = u[["gt_vx", "gt_vy", "gt_vz"]].to_numpy()
-    truth = Rotation.from_quat(u[["gt_qx", "gt_qy", "gt_qz", "gt_qw"]].to_numpy()).inv().apply(world)
+    world = u[["gt_vx", "gt_vy", "gt_vz"]].to_numpy(copy=True)  # writable: scipy needs it
+    truth = Rotation.from_quat(u[["gt_qx", "gt_qy", "gt_qz", "gt_qw"]].to_numpy(copy=True)).inv().apply(world)
     return (
         truth,
         u[["net_vx", "net_vy", "net_vz"]].to_numpy(),
