@@ -127,7 +127,8 @@ def two_scales(cal, on_cal, val, on_val, label: str, tau: float) -> None:
     a, b = min(((a0 * 2.0**i, b0 * 2.0**j) for i in (-0.5, 0.0, 0.5) for j in (-1, 0, 1)), key=objective)
     fused, nll, inside = replay_mean(val, on_val, two_scale_map(a, b, tau), FILTER)
     print(
-        f"{label} two scales (τ {tau:g} s): a {a:g} b {b:g}; val fused AVE {fused:.3f}, NLL {nll:.3f}, in bounds {inside:.1%}"
+        f"{label} two scales (τ {tau:g} s): a {a:g} b {b:g}; val fused AVE {fused:.3f}, NLL {nll:.3f}, "
+        f"in bounds {inside:.1%}"
     )
 
 
