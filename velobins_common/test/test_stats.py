@@ -161,3 +161,19 @@ def test_correlation_time_counts_a_bias_and_matches_the_direct_sums() -> None:
         correlation_time(series, 0.0)
     with pytest.raises(ValueError, match="same width"):
         correlation_time([np.zeros((3, 1)), np.zeros((3, 2))], 1.0)
+
+
+def test_exponential_average_follows_a_step_with_its_time_constant():
+    from velobins_common.stats import exponential_average, exponential_average_step
+
+    t = np.arange(0.0, 5.0, 0.01)
+    x = np.where(t < 1.0, 0.0, 1.0)[:, None]
+    y = exponential_average(t, x, 0.5)[:, 0]
+    assert y[np.searchsorted(t, 1.0) - 1] == 0.0  # causal: nothing before the step
+    assert y[np.searchsorted(t, 1.5)] == pytest.approx(1 - math.exp(-1), abs=0.02)  # one τ after it
+    np.testing.assert_array_equal(exponential_average(t, x, 0.0), x)  # τ = 0: as is
+    assert exponential_average_step(np.array([0.0]), np.array([1.0]), 100.0, 0.5)[0] == pytest.approx(1.0)  # a gap
+    with pytest.raises(ValueError, match="tau and dt must be >= 0"):
+        exponential_average_step(None, np.zeros(1), -1.0, 1.0)
+    with pytest.raises(ValueError, match="need t"):
+        exponential_average(t, x[:-1], 1.0)

@@ -15,6 +15,9 @@
 * **NEES** (:func:`nees`): ``eᵀ Σ⁻¹ e`` per sample.
 * **Gaussian CRPS** (:func:`gaussian_crps_samples`): the continuous ranked probability score of each sample's
   marginals, in the error's unit; ``velobins calibrate --objective crps`` minimises it.
+* **Exponential average over time** (:func:`exponential_average_step`, :func:`exponential_average`): a causal
+  average of an irregularly sampled series with a time constant; the network predictor smooths an ensemble's
+  disagreement with it in flight, and ``velobins calibrate`` replays the same average over a recorded flight.
 * **Correlation time** (:func:`correlation_time`, from the pooled :func:`autocorrelation`): how long a series of
   errors stays correlated with itself; ``velobins calibrate`` reports it for the network's errors, which the filter
   takes as white.
@@ -210,3 +213,34 @@ def autocorrelation(series: Sequence[np.ndarray]) -> np.ndarray:
         sums[:n] += np.fft.irfft(spectrum * spectrum.conj(), size, axis=0)[:n]
         counts[:n] += np.arange(n, 0, -1)
     return (sums / np.maximum(counts, 1)[:, None]) / (sums[0] / counts[0])
+
+
+# ----------------------------------------------------------------------------- exponential average over time
+def exponential_average_step(previous: np.ndarray | None, x: np.ndarray, dt: float, tau: float) -> np.ndarray:
+    """One step of a causal exponential average with time constant ``tau`` [s]: ``x`` itself when there is no
+    ``previous`` value or ``tau`` is 0, else ``previous + (1 − e^{−dt/τ})(x − previous)``. ``dt`` is the time
+    since the previous sample [s]; a long gap (dt ≫ τ) forgets the past, as it should after a dropout.
+
+    Raises:
+        ValueError: on ``tau`` < 0 or ``dt`` < 0.
+    """
+    if tau < 0 or dt < 0:
+        raise ValueError(f"exponential_average_step: tau and dt must be >= 0, got tau={tau}, dt={dt}")
+    x = np.asarray(x, dtype=np.float64)
+    if previous is None or tau == 0:
+        return x.copy()
+    return previous + (1.0 - math.exp(-dt / tau)) * (x - previous)
+
+
+def exponential_average(t: np.ndarray, x: np.ndarray, tau: float) -> np.ndarray:
+    """(N, d): :func:`exponential_average_step` run over the samples ``x`` (N, d) at stamps ``t`` (N,), in order."""
+    t = np.asarray(t, dtype=np.float64).reshape(-1)
+    x = np.asarray(x, dtype=np.float64)
+    if x.ndim != 2 or x.shape[0] != t.shape[0]:
+        raise ValueError(f"exponential_average: need t (N,) and x (N, d), got {t.shape} and {x.shape}")
+    out = np.empty_like(x)
+    value = None
+    for i in range(len(t)):
+        value = exponential_average_step(value, x[i], 0.0 if i == 0 else float(t[i] - t[i - 1]), tau)
+        out[i] = value
+    return out

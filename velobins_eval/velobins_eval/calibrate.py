@@ -38,6 +38,7 @@ from velobins_data.flight import Flight
 
 from .calibrate_errors import floor_start, own_scale, velocity_error_start
 from .calibrate_fit import (
+    DISAGREEMENT,
     FITTABLE,
     LIKELIHOODS,
     NETWORK_FITTABLE,
@@ -49,6 +50,7 @@ from .calibrate_fit import (
     Point,
     consistency,
     fit_noise,
+    folded,
     log_limits,
     point_at,
     synthetic_measurements,
@@ -101,8 +103,11 @@ def yaml_float(x: float) -> str:
     return mantissa + (f"e{exponent}" if exponent else "")
 
 
-def overlay_text(header: list[str], filter_values: dict[str, float], scale: float | None) -> str:
-    """The overlay YAML: comment ``header``, the EKF's fitted ``filter.*``, optionally ``predictor.variance_scale``.
+def overlay_text(
+    header: list[str], filter_values: dict[str, float], scale: float | None, disagreement: float | None = None
+) -> str:
+    """The overlay YAML: comment ``header``, the EKF's fitted ``filter.*``, optionally ``predictor.variance_scale``
+    and an ensemble's ``predictor.disagreement_scale``.
 
     Each header entry is one comment line with every control character escaped: a flight file named
     ``x\n/**/velobins_ekf: ...`` must not start a YAML entry that sets a parameter when the overlay is
@@ -112,9 +117,10 @@ def overlay_text(header: list[str], filter_values: dict[str, float], scale: floa
     if filter_values:
         lines += ["/**/velobins_ekf:", "  ros__parameters:", "    filter:"]
         lines += [f"      {name}: {yaml_float(value)}" for name, value in filter_values.items()]
-    if scale is not None:
+    predictor = {"variance_scale": scale, "disagreement_scale": disagreement}
+    if any(v is not None for v in predictor.values()):
         lines += ["/**/velobins_net:", "  ros__parameters:", "    predictor:"]
-        lines += [f"      variance_scale: {yaml_float(scale)}"]
+        lines += [f"      {name}: {yaml_float(value)}" for name, value in predictor.items() if value is not None]
     return "\n".join(lines) + "\n"
 
 
@@ -173,6 +179,12 @@ class Inputs:
 
             self.notes += cm.check_heldout(ckpt, ckpt_path, self.flights)
             self.model = load_checkpoint(ckpt_path)
+            if DISAGREEMENT in args.fit and "members" not in ckpt:
+                raise OptionError(
+                    "--fit",
+                    f"{DISAGREEMENT} weighs an ensemble's disagreement: {ckpt_path} is one network "
+                    "(combine several with velobins ensemble)",
+                )
             check_fits(self.model, ckpt_path, self.flights)
             window = self.model.cfg.window_s
             short = [f.name for f in self.flights if f.duration <= window]
@@ -181,6 +193,8 @@ class Inputs:
                     f"{self.path}: flight(s) {', '.join(short)} shorter than one network window ({window:g} s)"
                 )
             return
+        if DISAGREEMENT in args.fit:
+            raise OptionError("--fit", f"{DISAGREEMENT} needs an ensemble's estimates (--heldout), not cross-fitting")
         kinds = {(f.num_rotors, f.rotor_kind) for f in self.flights}
         if len(kinds) != 1:
             raise UserError(f"{self.path}: the flights mix rotor counts/kinds {sorted(kinds)}; calibrate one vehicle")
@@ -245,6 +259,8 @@ class Stage:
     """Filter passes over all flights (fit and curvature)."""
     lines: list[str]
     """What the report prints under it: a fit's widenings and uncertainty, or the Allan fit's lines."""
+    objective: float = float("nan")
+    """The objective per update at the stage's fit (NaN for the Allan stage, which runs no filter)."""
 
 
 def run_stage(
@@ -272,7 +288,68 @@ def run_stage(
         objective.close()
     values = fit.values
     lines = curv.lines(values, likelihood=(kind or args.objective) in LIKELIHOODS)
-    return Stage(label, fit.point, values, fit.evaluations + curv.evaluations, fit.widened + lines)
+    return Stage(label, fit.point, values, fit.evaluations + curv.evaluations, fit.widened + lines, fit.objective)
+
+
+DISAGREEMENT_RATIOS = (0.0, 0.25, 1.0, 4.0, 16.0, 64.0)
+"""The first ratios b/s of :func:`disagreement_stage`'s profile, in units of ρ (:func:`reference_ratio`): 0, the
+mixture's own variance alone, then 2½ decades from where the disagreement's term is a quarter of the variance's."""
+DISAGREEMENT_WIDENINGS = 3
+"""How often the profile goes on ×4 past its largest ratio while that one is the best, before it is refused."""
+
+
+def reference_ratio(flights: Sequence) -> float:
+    """ρ = median σ̄² / median d̄ over every estimate: the ratio b/s at which both terms of R are equal at the median
+    (the profile's unit, so that it is scale-free). Refused when the members never disagree."""
+    var = np.concatenate([cf.var.ravel() for cf in flights])
+    dis = np.concatenate([cf.dis.ravel() for cf in flights if cf.dis is not None] or [np.zeros(1)])
+    if not np.median(dis) > 0:
+        raise CalibrationRefused(f"{DISAGREEMENT}: the ensemble's members never disagree on these flights")
+    return float(np.median(var) / np.median(dis))
+
+
+def disagreement_stage(
+    label: str, flights: list, start: Point, names, args: argparse.Namespace, log, initial: Point | None
+) -> Stage:
+    """An ensemble's s and b (R = s·σ̄² + b·d̄) with the other network fields of ``names``: at each ratio b/s of a
+    profile the flights are :func:`~velobins_eval.calibrate_fit.folded` and s is fitted as for one network
+    (:func:`run_stage`, with its curvature); the ratio with the best objective is kept, refined ×2^±1, and the
+    profile is printed, so a flat one is visible. The profile goes on past its largest ratio while that one wins,
+    and is refused if it still does after :data:`DISAGREEMENT_WIDENINGS` steps."""
+    rho = reference_ratio(flights)
+    fits: dict[float, Stage] = {}
+
+    def objective(ratio: float) -> float:
+        if ratio not in fits:
+            data = folded(flights, ratio)
+            first = dataclasses.replace(initial, scale=own_scale(data)) if initial is not None else None
+            fits[ratio] = run_stage(f"{label}, b/s {ratio:.4g}", data, start, names, args, log, first)
+        return fits[ratio].objective
+
+    best = min((k * rho for k in DISAGREEMENT_RATIOS), key=objective)
+    for _ in range(DISAGREEMENT_WIDENINGS):
+        if best < max(fits):
+            break
+        best = min((best, 4.0 * best), key=objective)
+    if best == max(fits):
+        raise CalibrationRefused(
+            f"{DISAGREEMENT}: the objective still falls at the largest ratio b/s tried ({best:.4g}): these flights "
+            "ask for the disagreement alone, which this fit does not identify"
+        )
+    if best > 0:
+        best = min((best / 2.0, best, 2.0 * best), key=objective)
+    stage = fits[best]
+    b = best * stage.point.scale
+    profile = ", ".join(f"{r:.3g} → {fits[r].objective:.4f}" for r in sorted(fits))
+    lines = [f"profile of the objective over b/s (ρ = {rho:.3g}): {profile}; kept b/s {best:.3g}, b {b:.4g}"]
+    return Stage(
+        label,
+        dataclasses.replace(stage.point, disagreement=b),
+        {**stage.values, DISAGREEMENT: b},
+        sum(st.passes for st in fits.values()),
+        [*lines, *stage.lines],
+        stage.objective,
+    )
 
 
 ALLAN_LABEL = "IMU noise by Allan variance against ground truth"
@@ -349,8 +426,13 @@ def run_fit(args: argparse.Namespace, inputs: Inputs, flights: list, log: Callab
     network = [n for n in args.fit if n in NETWORK_FITTABLE]
     if network:
         initial = dataclasses.replace(point, scale=initial.scale) if initial is not None else None
-        label = "network variance scale" if network == [SCALE] else "network error model"
-        stages.append(run_stage(f"{label} on its estimates", flights, point, network, args, log, initial))
+        if DISAGREEMENT in network:
+            names = [n for n in network if n != DISAGREEMENT]
+            label = "ensemble variance scale and disagreement weight"
+            stages.append(disagreement_stage(f"{label} on its estimates", flights, point, names, args, log, initial))
+        else:
+            label = "network variance scale" if network == [SCALE] else "network error model"
+            stages.append(run_stage(f"{label} on its estimates", flights, point, network, args, log, initial))
         point = stages[-1].point
     return point, stages
 
@@ -387,22 +469,25 @@ def fitted_table(
 ) -> list[str]:
     """The before/after table on ``flights``: the objective, fused AVE, NEES median and share in bounds."""
     rows = [TABLE_HEADER.format("filter", OBJECTIVE_UNITS[kind]), "|---|---|---|---|---|---|---|---|"]
-    objective = Objective(flights, kind, workers)
-    try:
-        for label, point in ((before, start), ("after (fitted)", fitted)):
+    for label, point in ((before, start), ("after (fitted)", fitted)):
+        data = folded(flights, point.disagreement / point.scale)  # an ensemble's b·d̄ as part of s·(σ̄² + (b/s)·d̄)
+        if point.disagreement > 0:
+            label += f"; disagreement weight b {point.disagreement:.4g}"
+        objective = Objective(data, kind, workers)
+        try:
             if point.config.velocity_noise_floor > 0:
                 label += f"; velocity noise floor {point.config.velocity_noise_floor:.3g} m/s"
             if point.config.velocity_error_sigma > 0:
                 label += f"; velocity error σ_b {point.config.velocity_error_sigma:.3g} m/s, τ "
                 label += f"{point.config.velocity_error_tau:.3g} s"
-            stats = consistency(flights, point.config, point.scale)
+            stats = consistency(data, point.config, point.scale)
             rows.append(
                 f"| {label} | {fmt(point.config.acc_noise_density)} | {fmt(point.config.gyro_noise_density)} | "
                 f"{fmt(point.scale)} | {objective(point):.4f} | {stats['ave']:.3f} | {stats['nees_median']:.3f} | "
                 f"{100 * stats['nees_in_bounds']:.1f} % |"
             )
-    finally:
-        objective.close()
+        finally:
+            objective.close()
     return rows
 
 

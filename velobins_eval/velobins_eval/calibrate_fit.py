@@ -65,6 +65,9 @@ from .scoring import GroundTruth, aggregate, score
 
 SCALE = "variance_scale"
 """The network variance scale s (``velobins_net: predictor: variance_scale``), fittable beside the EKF fields."""
+DISAGREEMENT = "disagreement_scale"
+"""An ensemble's weight b on its members' smoothed disagreement (R = s·σ̄² + b·d̄; ``predictor.disagreement_scale``),
+fitted with s by a profile over the ratio b/s (:func:`folded`; ``velobins_eval.calibrate.disagreement_stage``)."""
 VELOCITY_ERROR = ("velocity_error_sigma", "velocity_error_tau")
 """The EKF's model of a slow error of the velocity measurements (:mod:`velobins_ekf.velocity_error`): σ_b and τ."""
 FLOOR = "velocity_noise_floor"
@@ -80,9 +83,9 @@ EKF_FITTABLE = (
     *VELOCITY_ERROR,
 )
 """EKF noise fields ``calibrate`` can fit."""
-FITTABLE = (*EKF_FITTABLE, SCALE)
+FITTABLE = (*EKF_FITTABLE, SCALE, DISAGREEMENT)
 """Everything ``--fit`` accepts."""
-NETWORK_FITTABLE = (SCALE, FLOOR, *VELOCITY_ERROR)
+NETWORK_FITTABLE = (SCALE, DISAGREEMENT, FLOOR, *VELOCITY_ERROR)
 """The fields that describe the network's errors: fitted to its estimates only, never to synthetic measurements."""
 DEFAULT_FIT = ("acc_noise_density", "gyro_noise_density")
 """Fitted by default (with :data:`SCALE` added when the measurements come from a network). The random walks
@@ -128,6 +131,8 @@ class CalibrationFlight:
     """(U, 3) body velocity measurements [m/s]."""
     var: np.ndarray
     """(U, 3) their variances [m²/s²] as the measurement source states them (network: σ̂², unscaled)."""
+    dis: np.ndarray | None = None
+    """(U, 3) an ensemble's disagreement averaged as the predictor averages it (``disagreement_tau``), or None."""
     v_true: np.ndarray = field(init=False, repr=False)
     """(U, 3) ground-truth world velocity at ``t`` (the posterior objective's reference)."""
     v_body_true: np.ndarray = field(init=False, repr=False)
@@ -203,10 +208,23 @@ class Point:
 
     config: object
     scale: float
+    disagreement: float = 0.0
+    """b, an ensemble's weight on its disagreement (:data:`DISAGREEMENT`); 0 for one network."""
 
     def value(self, name: str) -> float:
-        """The field ``name`` (:data:`FITTABLE`): s, or the filter config's field of that name."""
+        """The field ``name`` (:data:`FITTABLE`): s, b, or the filter config's field of that name."""
+        if name == DISAGREEMENT:
+            return float(self.disagreement)
         return float(self.scale if name == SCALE else getattr(self.config, name))
+
+
+def folded(flights: Sequence[CalibrationFlight], ratio: float) -> list[CalibrationFlight]:
+    """The flights with an ensemble's disagreement folded into the variance: σ̂² + ``ratio``·d̄ (unchanged where
+    ``ratio`` is 0 or a flight has no disagreement). A filter scaled by s then sees s·σ̂² + b·d̄ with b = ratio·s,
+    which is how the fit of s alone also fits b at a given ratio."""
+    if ratio == 0:
+        return list(flights)
+    return [cf if cf.dis is None else dataclasses.replace(cf, var=cf.var + ratio * cf.dis) for cf in flights]
 
 
 class Objective:
@@ -254,7 +272,8 @@ class Objective:
 
 
 def consistency(flights: Sequence[CalibrationFlight], config, scale: float = 1.0) -> dict[str, float]:
-    """Fused AVE, median NEES and NEES share in bounds (means over flights, as ``velobins evaluate``)."""
+    """Fused AVE, median NEES and NEES share in bounds (means over flights, as ``velobins evaluate``); an ensemble's
+    disagreement counts as far as it is :func:`folded` into the flights' variances."""
     from .evaluate import fuse_flight
 
     per_flight = {}
@@ -329,7 +348,8 @@ def point_at(start: Point, names: Sequence[str], x: np.ndarray) -> Point:
     """``start`` with the fields ``names`` set to 10**``x``."""
     values = {n: float(10.0**v) for n, v in zip(names, x, strict=True)}
     scale = values.pop(SCALE, start.scale)
-    return Point(dataclasses.replace(start.config, **values), scale)
+    disagreement = values.pop(DISAGREEMENT, start.disagreement)
+    return Point(dataclasses.replace(start.config, **values), scale, disagreement)
 
 
 def fit_noise(

@@ -43,20 +43,22 @@ PREDICTIONS_FILE = "predictions.npz"
 
 
 def unscaled(pcfg):
-    """``pcfg`` (a ``PredictorConfig``) with ``variance_scale`` = 1: the network's own σ̂²."""
-    return dataclasses.replace(pcfg, variance_scale=1.0)
+    """``pcfg`` (a ``PredictorConfig``) with ``variance_scale`` = 1 and ``disagreement_scale`` = 0: the network's own
+    σ̂² (an ensemble's: the mixture's)."""
+    return dataclasses.replace(pcfg, variance_scale=1.0, disagreement_scale=0.0)
 
 
 def heldout_measurements(model, flights: Sequence[Flight], pcfg, progress: bool = True) -> list[CalibrationFlight]:
-    """The network's estimates (t, v̂, σ̂²) on each flight, as the node computes them, variance unscaled."""
+    """The network's estimates (t, v̂, σ̂²) on each flight, as the node computes them, variance unscaled; for an
+    ensemble also its disagreement, averaged as the predictor averages it (``disagreement_tau``)."""
     from velobins_common.progress import progress_bar
 
     from .evaluate import predict_flight
 
     out = []
     for flight in progress_bar(flights, desc="network on held-out", unit="flight", enabled=progress):
-        t, v, var = predict_flight(model, flight, unscaled(pcfg))
-        out.append(CalibrationFlight(flight, t, v, var))
+        t, v, var, dis = predict_flight(model, flight, unscaled(pcfg), disagreement=True)
+        out.append(CalibrationFlight(flight, t, v, var, dis if np.any(dis) else None))
     return out
 
 

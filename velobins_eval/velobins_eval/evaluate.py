@@ -48,8 +48,12 @@ def load_ekf_config(params_files: list[Path] | None = None):
     return load_filter_config(params_files)
 
 
-def predict_flight(model, seq: Flight, config=None, uncertainty: str | None = None) -> tuple[np.ndarray, ...]:
-    """Network estimates over a flight as the node computes them: (t (U,), v (U, 3), var (U, 3)).
+def predict_flight(
+    model, seq: Flight, config=None, uncertainty: str | None = None, disagreement: bool = False
+) -> tuple[np.ndarray, ...]:
+    """Network estimates over a flight as the node computes them: (t (U,), v (U, 3), var (U, 3)), and with
+    ``disagreement`` a fourth (U, 3): an ensemble's averaged disagreement (:class:`Prediction`'s; zeros for one
+    network).
 
     ``config`` is the node's :class:`~velobins_net.inference.PredictorConfig` (``predictor.*``
     of the same parameter files, :func:`velobins_net.inference.load_predictor_config`; defaults
@@ -67,7 +71,7 @@ def predict_flight(model, seq: Flight, config=None, uncertainty: str | None = No
     if uncertainty:
         config = dataclasses.replace(config, uncertainty=uncertainty)
     predictor = StreamingPredictor(model, config)
-    ts, vs, vars_ = [], [], []
+    ts, vs, vars_, dis = [], [], [], []
     for i in range(len(seq)):
         t = float(seq.t[i])
         predictor.push_rotor(t, seq.rotor[i])
@@ -77,9 +81,11 @@ def predict_flight(model, seq: Flight, config=None, uncertainty: str | None = No
             ts.append(pred.stamp)
             vs.append(pred.velocity)
             vars_.append(pred.variance)
+            dis.append(pred.disagreement if pred.disagreement is not None else np.zeros(3))
     if not ts:
         raise UserError(f"{seq.source}: flight too short for one network window ({seq.duration:.2f} s)")
-    return np.asarray(ts), np.asarray(vs), np.asarray(vars_)
+    out = (np.asarray(ts), np.asarray(vs), np.asarray(vars_))
+    return (*out, np.asarray(dis)) if disagreement else out
 
 
 def fuse_flight(seq: Flight, t: np.ndarray, v: np.ndarray, var: np.ndarray, method: str, ekf_config=None):

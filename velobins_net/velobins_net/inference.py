@@ -6,8 +6,9 @@ their own rates, keeps them in ring buffers, and at most at the configured updat
 the network's time grid ending at the latest IMU stamp (:func:`velobins_net.resample.to_model_grid`,
 the resampling training uses: anti-alias FIR above the model rate, then linear interpolation;
 rotor interpolated inside its samples and held beyond them) and runs the network. The reported
-variance is the decoded one times ``variance_scale``. Every call that does not produce an
-estimate says why in ``counts``. ``velobins evaluate`` runs this same predictor over recorded
+variance is the decoded one times ``variance_scale``; for an ensemble (:mod:`velobins_net.ensemble`) plus
+``disagreement_scale`` times its members' disagreement averaged over ``disagreement_tau``. Every call that does
+not produce an estimate says why in ``counts``. ``velobins evaluate`` runs this same predictor over recorded
 flights (:func:`velobins_eval.evaluate.predict_flight`), so offline numbers are the node's.
 """
 
@@ -22,6 +23,7 @@ import torch
 
 from velobins_common.fields import param
 from velobins_common.params import load_section
+from velobins_common.stats import exponential_average_step
 
 from .accel import kernel_status
 from .attitude import attitude_window
@@ -63,6 +65,8 @@ class Prediction:
         kind: ``"velocity"`` or ``"displacement"`` (``ModelConfig.output_kind``).
         t_start: time of the window's first sample [s].
         covariance: (3, 3) full covariance when the method predicts one (EqNIO), else None (diagonal).
+        disagreement: (3,) an ensemble's disagreement averaged over ``disagreement_tau`` (what
+            ``disagreement_scale`` weighs), or None for a single network.
     """
 
     stamp: float
@@ -72,6 +76,7 @@ class Prediction:
     kind: str = "velocity"
     t_start: float = float("nan")
     covariance: np.ndarray | None = None
+    disagreement: np.ndarray | None = None
 
     @property
     def velocity(self) -> np.ndarray:
@@ -173,6 +178,13 @@ class PredictorConfig:
     variance_scale: float = param(1.0, min=1e-6, max=1e6, live=True)
     """Factor on the reported (decoded) variance, the covariance handed to the EKF. 1 = the paper's
     unscaled bin variance (reproduction); `velobins calibrate` can fit it on held-out flights."""
+    disagreement_scale: float = param(0.0, min=0.0, max=1e6, live=True)
+    """Ensembles only: factor b on the members' disagreement, smoothed over `disagreement_tau`, added to the
+    scaled variance (R = s·σ̂² + b·d̄). 0 = the mixture's decoded variance alone; `velobins calibrate --fit
+    variance_scale,disagreement_scale` fits it on held-out flights. No effect for a single network."""
+    disagreement_tau: float = param(2.0, min=0.0, max=600.0, live=True)
+    """Time constant [s] of the causal average of the disagreement that `disagreement_scale` weighs (0 = each
+    window's own): a flight-segment's difficulty, not one window's draw."""
     max_attitude_age: float = param(0.1, min=0.001, max=10.0, live=True)
     """Baselines with attitude input (TLIO, EqNIO, IMO, AirIO): the newest filter attitude may lag the
     newest IMU sample by at most this much [s] (it is carried forward with the gyro); else no estimate."""
@@ -181,6 +193,9 @@ class PredictorConfig:
         for name in ("update_rate", "max_rotor_age", "max_imu_rate", "variance_scale", "max_attitude_age"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"PredictorConfig.{name}: must be > 0, got {getattr(self, name)!r}")
+        for name in ("disagreement_scale", "disagreement_tau"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"PredictorConfig.{name}: must be >= 0, got {getattr(self, name)!r}")
         if self.uncertainty and self.uncertainty not in UNCERTAINTY_SOURCES:
             raise ValueError(
                 f"PredictorConfig.uncertainty: must be empty or one of {UNCERTAINTY_SOURCES}, got {self.uncertainty!r}"
@@ -226,6 +241,7 @@ class StreamingPredictor:
         self._attitude = _Ring(4, keep)
         self._offsets = (np.arange(self.window_len) - (self.window_len - 1)) / self.rate_hz
         self._last_slot: float | None = None
+        self._disagreement: tuple[float, np.ndarray] | None = None  # (stamp, its running average)
         self.counts: Counter[str] = Counter()
         self._device = next(model.parameters()).device
         if self._device.type == "cpu":
@@ -343,8 +359,26 @@ class StreamingPredictor:
         scale = self.config.variance_scale
         variance = out.var[0].cpu().numpy().astype(np.float64) * scale
         cov = None if out.cov is None else out.cov[0].cpu().numpy().astype(np.float64) * scale
+        disagreement = None
+        if out.disagreement is not None:  # an ensemble: R = s·σ̄² + b·d̄, d̄ the disagreement's running average
+            disagreement = self._average_disagreement(stamp, out.disagreement[0].cpu().numpy())
+            variance = variance + self.config.disagreement_scale * disagreement
         t_start = stamp + float(self._offsets[0])
-        return Prediction(stamp, out.v[0].cpu().numpy().astype(np.float64), variance, probs, self.kind, t_start, cov)
+        v = out.v[0].cpu().numpy().astype(np.float64)
+        return Prediction(stamp, v, variance, probs, self.kind, t_start, cov, disagreement)
+
+    def _average_disagreement(self, stamp: float, disagreement: np.ndarray) -> np.ndarray:
+        """The causal average over ``disagreement_tau`` of the ensemble's disagreement, updated with this window's
+        (:func:`~velobins_common.stats.exponential_average_step`, the function ``calibrate`` replays)."""
+        previous = self._disagreement
+        value = exponential_average_step(
+            None if previous is None else previous[1],
+            disagreement.astype(np.float64),
+            0.0 if previous is None else max(stamp - previous[0], 0.0),
+            self.config.disagreement_tau,
+        )
+        self._disagreement = (stamp, value)
+        return value
 
 
 def bin_decoder(model: torch.nn.Module):

@@ -43,6 +43,8 @@ class NetOutput(NamedTuple):
             input, :func:`velobins_net.losses.rtmo_mle_loss`), or None for other heads.
         cov: (B, 3, 3) full covariance of ``v`` when the method predicts one that is not diagonal
             (EqNIO: diagonal in its canonical frame, rotated back); None: diag(var).
+        disagreement: (B, 3) an ensemble's disagreement, the variance of its members' means (part of ``var``;
+            :mod:`velobins_net.ensemble`), or None for one network.
     """
 
     v: torch.Tensor
@@ -52,6 +54,7 @@ class NetOutput(NamedTuple):
     log_sigma: torch.Tensor | None
     rtmo_sigma: torch.Tensor | None = None
     cov: torch.Tensor | None = None
+    disagreement: torch.Tensor | None = None
 
 
 class VeloBinsNet(nn.Module):

@@ -32,6 +32,7 @@ from axis_gap import flight_body_frame  # this folder: one flight's updates in t
 from axis_scale_probe import ESTIMATE_COLUMNS, VAR_COLUMNS, _fail, flights_in, replay_mean, saved_updates
 from variance_map_probe import FILTER, VAL
 
+from velobins_common.stats import exponential_average
 from velobins_data.flight import Flight
 from velobins_eval.metrics import ave
 
@@ -73,30 +74,16 @@ def fitted_scale(flights: dict[str, Flight], saved: dict[str, pd.DataFrame]) -> 
 DIS_COLUMNS = ["dis_x", "dis_y", "dis_z"]
 """The members' disagreement (variance of their estimates) per body axis, in a :func:`mixture`'s tables."""
 TWO_SCALES = [(2.0**a, b) for a in np.arange(-3.0, 3.01, 1.0) for b in (0.0, 4.0, 16.0, 64.0, 256.0, 1024.0)]
-"""The first (a, b) grid of ``--two-scales``: R = a·(members' mean variance) + b·(their disagreement); then a
-finer one around its best (a × 2^±½, b × 2^±1)."""
-
-
-def smoothed(u: pd.DataFrame, columns: list[str], tau: float) -> np.ndarray:
-    """A causal exponential average with time constant ``tau`` [s] of ``columns`` over the updates (0: as is),
-    what a filter could keep in flight."""
-    x = u[columns].to_numpy()
-    if tau <= 0:
-        return x
-    out, acc, t = np.empty_like(x), x[0].copy(), u.t.to_numpy()
-    for i in range(len(x)):
-        w = 1.0 if i == 0 else 1.0 - np.exp(-(t[i] - t[i - 1]) / tau)
-        acc += w * (x[i] - acc)
-        out[i] = acc
-    return out
+"""The first (a, b) grid of ``--two-scales``: R = a·(the mixture's variance) + b·(the members' averaged
+disagreement); then a finer one around its best (a × 2^±½, b × 2^±1)."""
 
 
 def two_scale_map(a: float, b: float, tau: float):
-    """R = a·(mean variance) + b·(disagreement, smoothed over ``tau``) of a mixture's updates."""
+    """R = a·σ̄² + b·d̄ of a mixture's updates, d̄ the disagreement averaged over ``tau`` as the predictor averages
+    it (``predictor.variance_scale`` a, ``disagreement_scale`` b, ``disagreement_tau`` τ)."""
 
     def variances(u: pd.DataFrame) -> np.ndarray:
-        dis = u[DIS_COLUMNS].to_numpy()
-        return a * (u[VAR_COLUMNS].to_numpy() - dis) + b * smoothed(u, DIS_COLUMNS, tau)
+        return a * u[VAR_COLUMNS].to_numpy() + b * exponential_average(u.t.to_numpy(), u[DIS_COLUMNS].to_numpy(), tau)
 
     return variances
 

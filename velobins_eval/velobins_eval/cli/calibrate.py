@@ -33,6 +33,7 @@ from velobins_eval.calibrate_allan import BIAS_FIELDS
 from velobins_eval.calibrate_errors import network_lines
 from velobins_eval.calibrate_fit import (
     DEFAULT_FIT,
+    DISAGREEMENT,
     FITTABLE,
     LIKELIHOODS,
     NETWORK_FITTABLE,
@@ -160,6 +161,10 @@ def check_args(args: argparse.Namespace) -> None:
         )
     if mode == "synthetic" and network:
         raise OptionError("--fit", f"{', '.join(network)}: each needs network estimates (--heldout / --cross-fit)")
+    if DISAGREEMENT in args.fit and (SCALE not in args.fit or args.imu_noise == "network"):
+        raise OptionError(
+            "--fit", f"{DISAGREEMENT} is fitted with {SCALE} (both in --fit), and not with --imu-noise network"
+        )
 
 
 def check_out(path: Path, overwrite: bool):
@@ -188,7 +193,8 @@ def gather(args: argparse.Namespace) -> Inputs:
         if not args.params and resolved.overlay is not None:
             args.params = [resolved.overlay]
             print(f"parameters: {resolved.overlay} (the overlay of the shipped model; --params overrides it)")
-    start = Point(load_filter_config(args.params), load_predictor_config(args.params).variance_scale)
+    pcfg = load_predictor_config(args.params)
+    start = Point(load_filter_config(args.params), pcfg.variance_scale, pcfg.disagreement_scale)
     path = args.heldout if mode == "heldout" else args.data
     all_flights, skipped = load(args, path)
     flights = spread(all_flights, args.max_flights)
@@ -202,7 +208,8 @@ def default_point() -> Point:
     from velobins_ekf.params import load_filter_config
     from velobins_net.inference import load_predictor_config
 
-    return Point(load_filter_config([]), load_predictor_config([]).variance_scale)
+    pcfg = load_predictor_config([])
+    return Point(load_filter_config([]), pcfg.variance_scale, pcfg.disagreement_scale)
 
 
 def cpu_seconds() -> float:
@@ -255,8 +262,8 @@ def _calibrate(args: argparse.Namespace, argv: list[str], target) -> int:
         print(line)
         header += [line]
     values |= kept
-    filter_values = {n: v for n, v in values.items() if n != SCALE}
-    write_output_file(target, overlay_text(header, filter_values, values.get(SCALE)))
+    filter_values = {n: v for n, v in values.items() if n not in (SCALE, DISAGREEMENT)}
+    write_output_file(target, overlay_text(header, filter_values, values.get(SCALE), values.get(DISAGREEMENT)))
     print(f"wrote {args.out}")
     return 0
 

@@ -9,6 +9,7 @@ Subcommands (``velobins <command> --help`` for each):
 * ``evaluate``  — network-only and EKF-fused metrics of checkpoints on a directory of flights;
 * ``score``     — any method's estimate (TUM, CSV, odometry in a bag) against a flight's ground truth, same report;
 * ``export``    — a checkpoint to TorchScript or ONNX, checked against the PyTorch model (parity);
+* ``ensemble``  — several trained checkpoints into one ensemble checkpoint (their bins averaged);
 * ``demo``      — the README's main job: the shipped models on real held-out flights through the ROS graph
   (``--simulated``: simulate and train first).
 * ``reproduce`` — train every ablation model and regenerate the paper's NanoBench tables and figures.
@@ -45,6 +46,7 @@ DELEGATED = {
     "evaluate": (".evaluate", "main_evaluate", "evaluate checkpoints (network and EKF-fused) on flights"),
     "score": (".score", "main_score", "score any estimate (TUM, CSV, bag odometry) against a flight's ground truth"),
     "export": (".export", "main_export", "export a checkpoint to TorchScript or ONNX, with a parity check"),
+    "ensemble": (".ensemble", "main_ensemble", "combine trained checkpoints into one ensemble checkpoint"),
     "demo": (".demo", "main_demo", "the main job: shipped models on real flights through the ROS graph, report"),
     "reproduce": (".reproduce", "main_reproduce", "train and score every NanoBench table/figure row of the paper"),
     "calibrate": (
