@@ -36,6 +36,7 @@ import numpy as np
 from velobins_common.errors import OptionError, UserError, printable
 from velobins_data.flight import Flight
 
+from .calibrate_ensemble import disagreement_stage, folded
 from .calibrate_errors import floor_start, own_scale, velocity_error_start
 from .calibrate_fit import (
     DISAGREEMENT,
@@ -50,7 +51,6 @@ from .calibrate_fit import (
     Point,
     consistency,
     fit_noise,
-    folded,
     log_limits,
     point_at,
     synthetic_measurements,
@@ -272,13 +272,16 @@ def run_stage(
     log,
     initial: Point | None = None,
     kind: str | None = None,
+    uncertainty: bool = True,
 ) -> Stage:
     """:func:`~velobins_eval.calibrate_fit.fit_noise` of ``names`` on ``flights`` (objective ``kind``, else
-    ``--objective``), then its curvature."""
+    ``--objective``), then its curvature (skipped without ``uncertainty``: a profile's points)."""
     log(f"{label}: fitting {', '.join(names)}")
     objective = Objective(flights, kind or args.objective, args.workers)
     try:
         fit = fit_noise(objective, start, names, args.grid_points, args.max_evals, True, log, initial=initial)
+        if not uncertainty:
+            return Stage(label, fit.point, fit.values, fit.evaluations, fit.widened, fit.objective)
         limits = [log_limits(n) for n in fit.names]
         curv = curvature(
             lambda x: objective.blocks(point_at(start, fit.names, x), BLOCK_S), fit.x, fit.names, limits,
@@ -289,67 +292,6 @@ def run_stage(
     values = fit.values
     lines = curv.lines(values, likelihood=(kind or args.objective) in LIKELIHOODS)
     return Stage(label, fit.point, values, fit.evaluations + curv.evaluations, fit.widened + lines, fit.objective)
-
-
-DISAGREEMENT_RATIOS = (0.0, 0.25, 1.0, 4.0, 16.0, 64.0)
-"""The first ratios b/s of :func:`disagreement_stage`'s profile, in units of ρ (:func:`reference_ratio`): 0, the
-mixture's own variance alone, then 2½ decades from where the disagreement's term is a quarter of the variance's."""
-DISAGREEMENT_WIDENINGS = 3
-"""How often the profile goes on ×4 past its largest ratio while that one is the best, before it is refused."""
-
-
-def reference_ratio(flights: Sequence) -> float:
-    """ρ = median σ̄² / median d̄ over every estimate: the ratio b/s at which both terms of R are equal at the median
-    (the profile's unit, so that it is scale-free). Refused when the members never disagree."""
-    var = np.concatenate([cf.var.ravel() for cf in flights])
-    dis = np.concatenate([cf.dis.ravel() for cf in flights if cf.dis is not None] or [np.zeros(1)])
-    if not np.median(dis) > 0:
-        raise CalibrationRefused(f"{DISAGREEMENT}: the ensemble's members never disagree on these flights")
-    return float(np.median(var) / np.median(dis))
-
-
-def disagreement_stage(
-    label: str, flights: list, start: Point, names, args: argparse.Namespace, log, initial: Point | None
-) -> Stage:
-    """An ensemble's s and b (R = s·σ̄² + b·d̄) with the other network fields of ``names``: at each ratio b/s of a
-    profile the flights are :func:`~velobins_eval.calibrate_fit.folded` and s is fitted as for one network
-    (:func:`run_stage`, with its curvature); the ratio with the best objective is kept, refined ×2^±1, and the
-    profile is printed, so a flat one is visible. The profile goes on past its largest ratio while that one wins,
-    and is refused if it still does after :data:`DISAGREEMENT_WIDENINGS` steps."""
-    rho = reference_ratio(flights)
-    fits: dict[float, Stage] = {}
-
-    def objective(ratio: float) -> float:
-        if ratio not in fits:
-            data = folded(flights, ratio)
-            first = dataclasses.replace(initial, scale=own_scale(data)) if initial is not None else None
-            fits[ratio] = run_stage(f"{label}, b/s {ratio:.4g}", data, start, names, args, log, first)
-        return fits[ratio].objective
-
-    best = min((k * rho for k in DISAGREEMENT_RATIOS), key=objective)
-    for _ in range(DISAGREEMENT_WIDENINGS):
-        if best < max(fits):
-            break
-        best = min((best, 4.0 * best), key=objective)
-    if best == max(fits):
-        raise CalibrationRefused(
-            f"{DISAGREEMENT}: the objective still falls at the largest ratio b/s tried ({best:.4g}): these flights "
-            "ask for the disagreement alone, which this fit does not identify"
-        )
-    if best > 0:
-        best = min((best / 2.0, best, 2.0 * best), key=objective)
-    stage = fits[best]
-    b = best * stage.point.scale
-    profile = ", ".join(f"{r:.3g} → {fits[r].objective:.4f}" for r in sorted(fits))
-    lines = [f"profile of the objective over b/s (ρ = {rho:.3g}): {profile}; kept b/s {best:.3g}, b {b:.4g}"]
-    return Stage(
-        label,
-        dataclasses.replace(stage.point, disagreement=b),
-        {**stage.values, DISAGREEMENT: b},
-        sum(st.passes for st in fits.values()),
-        [*lines, *stage.lines],
-        stage.objective,
-    )
 
 
 ALLAN_LABEL = "IMU noise by Allan variance against ground truth"
@@ -429,7 +371,10 @@ def run_fit(args: argparse.Namespace, inputs: Inputs, flights: list, log: Callab
         if DISAGREEMENT in network:
             names = [n for n in network if n != DISAGREEMENT]
             label = "ensemble variance scale and disagreement weight"
-            stages.append(disagreement_stage(f"{label} on its estimates", flights, point, names, args, log, initial))
+            stage = disagreement_stage(
+                f"{label} on its estimates", flights, point, names, args, log, initial, run_stage
+            )
+            stages.append(stage)
         else:
             label = "network variance scale" if network == [SCALE] else "network error model"
             stages.append(run_stage(f"{label} on its estimates", flights, point, network, args, log, initial))

@@ -67,7 +67,7 @@ SCALE = "variance_scale"
 """The network variance scale s (``velobins_net: predictor: variance_scale``), fittable beside the EKF fields."""
 DISAGREEMENT = "disagreement_scale"
 """An ensemble's weight b on its members' smoothed disagreement (R = s·σ̄² + b·d̄; ``predictor.disagreement_scale``),
-fitted with s by a profile over the ratio b/s (:func:`folded`; ``velobins_eval.calibrate.disagreement_stage``)."""
+fitted with s by a profile over the ratio b/s (:mod:`velobins_eval.calibrate_ensemble`)."""
 VELOCITY_ERROR = ("velocity_error_sigma", "velocity_error_tau")
 """The EKF's model of a slow error of the velocity measurements (:mod:`velobins_ekf.velocity_error`): σ_b and τ."""
 FLOOR = "velocity_noise_floor"
@@ -216,15 +216,6 @@ class Point:
         if name == DISAGREEMENT:
             return float(self.disagreement)
         return float(self.scale if name == SCALE else getattr(self.config, name))
-
-
-def folded(flights: Sequence[CalibrationFlight], ratio: float) -> list[CalibrationFlight]:
-    """The flights with an ensemble's disagreement folded into the variance: σ̂² + ``ratio``·d̄ (unchanged where
-    ``ratio`` is 0 or a flight has no disagreement). A filter scaled by s then sees s·σ̂² + b·d̄ with b = ratio·s,
-    which is how the fit of s alone also fits b at a given ratio."""
-    if ratio == 0:
-        return list(flights)
-    return [cf if cf.dis is None else dataclasses.replace(cf, var=cf.var + ratio * cf.dis) for cf in flights]
 
 
 class Objective:

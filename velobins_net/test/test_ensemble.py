@@ -151,3 +151,13 @@ def test_one_network_reports_no_disagreement_and_ignores_its_weight() -> None:
     np.testing.assert_allclose([p.variance for p in a], [p.variance for p in b])
     with pytest.raises(ValueError, match="disagreement_scale: must be >= 0"):
         PredictorConfig(disagreement_scale=-1.0)
+
+
+def test_an_ensemble_exports_to_onnx_with_its_disagreement(tmp_path: Path) -> None:
+    from velobins_net.export import ExportConfig, check_parity, export_model, export_wrapper
+
+    ens = EnsembleNet([_member(0), _member(1)]).eval()
+    assert export_wrapper(ens).output_names() == ["velocity", "variance", "probs", "disagreement"]
+    path = export_model(ens, tmp_path / "ens.onnx", "onnx")
+    parity = check_parity(ens, path, "onnx", ExportConfig(parity_batch=3))
+    assert parity.passed and set(parity.max_abs) == {"velocity", "variance", "probs", "disagreement"}, parity

@@ -176,10 +176,10 @@ def checked_model_config(ckpt: dict[str, Any], path: str | Path = "<checkpoint>"
 
 
 def model_from_checkpoint(ckpt: dict[str, Any], path: str | Path = "<checkpoint>") -> VeloBinsNet:  # or a baseline
-    """Rebuild the model (eval mode) from a checkpoint dict; errors name ``path`` and the field. A checkpoint with
-    ``members`` gives a :class:`~velobins_net.ensemble.EnsembleNet` of them (:func:`ensemble_from_checkpoint`)."""
+    """Rebuild the model (eval mode) from a checkpoint dict; errors name ``path`` and the field. An ensemble's
+    checkpoint (``members``) is refused here: :func:`velobins_net.inference.load_checkpoint` loads either kind."""
     if "members" in ckpt:
-        return ensemble_from_checkpoint(ckpt, path)
+        raise CheckpointError(path, "is an ensemble's checkpoint (field 'members'): load it with load_checkpoint")
     cfg = checked_model_config(ckpt, path)
     model = build_model(cfg)
     try:
@@ -187,26 +187,6 @@ def model_from_checkpoint(ckpt: dict[str, Any], path: str | Path = "<checkpoint>
     except RuntimeError as exc:
         raise CheckpointError(path, f"field 'model_state' does not match 'model_config': {exc}") from exc
     return model.eval()
-
-
-def ensemble_from_checkpoint(ckpt: dict[str, Any], path: str | Path = "<checkpoint>"):
-    """The :class:`~velobins_net.ensemble.EnsembleNet` of an ensemble checkpoint's ``members`` (each member's config
-    checked as a checkpoint's is; at most :data:`~velobins_net.ensemble.MAX_MEMBERS`); errors name the member."""
-    from .ensemble import MAX_MEMBERS, EnsembleNet
-
-    members = ckpt["members"]
-    if not isinstance(members, list) or not 2 <= len(members) <= MAX_MEMBERS:
-        count = len(members) if isinstance(members, list) else type(members).__name__
-        raise CheckpointError(path, f"field 'members' must list 2 to {MAX_MEMBERS} members, got {count}")
-    models = []
-    for i, member in enumerate(members):
-        if not isinstance(member, dict) or not {"model_config", "model_state"} <= member.keys():
-            raise CheckpointError(path, f"field 'members[{i}]' needs 'model_config' and 'model_state'")
-        models.append(model_from_checkpoint(member, f"{path} members[{i}]"))
-    try:
-        return EnsembleNet(models).eval()
-    except ValueError as exc:
-        raise CheckpointError(path, str(exc)) from None
 
 
 def _best_record(path: Path) -> tuple[float, int] | None:

@@ -33,6 +33,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from .checkpoint import CheckpointError, checked_model_config, model_from_checkpoint
 from .config import ModelConfig
 from .model import NetOutput, VeloBinsNet
 
@@ -135,8 +136,6 @@ def ensemble_checkpoint(checkpoints: Sequence[dict[str, Any]], sources: Sequence
         ValueError: on fewer than 2 or more than :data:`MAX_MEMBERS` members, a member that is itself an
             ensemble, or members that do not share :data:`SAME_FIELDS` (the message names the member's file).
     """
-    from .checkpoint import checked_model_config
-
     if not 2 <= len(checkpoints) <= MAX_MEMBERS:
         raise ValueError(f"an ensemble needs 2 to {MAX_MEMBERS} members, got {len(checkpoints)}")
     names = [str(s) for s in sources]
@@ -153,6 +152,24 @@ def ensemble_checkpoint(checkpoints: Sequence[dict[str, Any]], sources: Sequence
     ]
     merged["data"] = {part: _union(checkpoints, part) for part in ("train", "val")}
     return merged
+
+
+def ensemble_from_checkpoint(ckpt: dict[str, Any], path: str | Path = "<checkpoint>") -> EnsembleNet:
+    """The :class:`EnsembleNet` (eval mode) of an ensemble checkpoint's ``members``, each member's config checked as
+    a checkpoint's is, at most :data:`MAX_MEMBERS` of them; errors name the file and the member."""
+    members = ckpt[MEMBERS_KEY]
+    if not isinstance(members, list) or not 2 <= len(members) <= MAX_MEMBERS:
+        count = len(members) if isinstance(members, list) else type(members).__name__
+        raise CheckpointError(path, f"field 'members' must list 2 to {MAX_MEMBERS} members, got {count}")
+    models = []
+    for i, member in enumerate(members):
+        if not isinstance(member, dict) or not {"model_config", "model_state"} <= member.keys():
+            raise CheckpointError(path, f"field 'members[{i}]' needs 'model_config' and 'model_state'")
+        models.append(model_from_checkpoint(member, f"{path} members[{i}]"))
+    try:
+        return EnsembleNet(models).eval()
+    except ValueError as exc:
+        raise CheckpointError(path, str(exc)) from None
 
 
 def _union(checkpoints: Sequence[dict[str, Any]], part: str) -> list[dict[str, Any]]:

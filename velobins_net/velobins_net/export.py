@@ -41,20 +41,22 @@ class ExportWrapper(nn.Module):
         super().__init__()
         self.model = model.eval()
         self.has_bins = model.bins is not None
+        self.has_disagreement = hasattr(model, "members")  # an ensemble (velobins_net.ensemble)
         self.uncertainty = uncertainty or model.cfg.uncertainty
         with torch.no_grad(), accel.eager():  # derives the fast paths' weights: constants in a trace, not ops
             model(_example(model), self.uncertainty)
 
     def forward(self, window: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """window (B, T, 6+K) → (velocity, variance[, probs])."""
+        """window (B, T, 6+K) → (velocity, variance[, probs][, disagreement]): an ensemble also gives its members'
+        disagreement, which a deployment averages and weighs as ``predictor.disagreement_*`` say."""
         out = self.model(window, self.uncertainty)
-        if out.logits is None:
-            return out.v, out.var
-        return out.v, out.var, torch.softmax(out.logits, dim=-1)
+        outputs = (out.v, out.var) if out.logits is None else (out.v, out.var, torch.softmax(out.logits, dim=-1))
+        return (*outputs, out.disagreement) if self.has_disagreement else outputs
 
     def output_names(self) -> list[str]:
         """Names of the outputs, in order."""
-        return ["velocity", "variance", "probs"] if self.has_bins else ["velocity", "variance"]
+        names = ["velocity", "variance", "probs"] if self.has_bins else ["velocity", "variance"]
+        return [*names, "disagreement"] if self.has_disagreement else names
 
 
 class BaselineExportWrapper(nn.Module):
@@ -215,6 +217,7 @@ def check_parity(model: VeloBinsNet, path: str | Path, fmt: str, cfg: ExportConf
     names = export_wrapper(model).output_names()
     expected = [ref.v, ref.var] + ([torch.softmax(ref.logits, dim=-1)] if ref.logits is not None else [])
     expected += [ref.cov] if ref.cov is not None else []
+    expected += [ref.disagreement] if ref.disagreement is not None else []
     got = run_exported(path, fmt, window.numpy())
     if len(got) != len(expected):
         raise ValueError(f"{path}: the export returns {len(got)} outputs, the model {len(expected)}")

@@ -29,6 +29,7 @@ from .accel import kernel_status
 from .attitude import attitude_window
 from .checkpoint import model_from_checkpoint, read_checkpoint
 from .decoders import UNCERTAINTY_SOURCES, check_uncertainty
+from .ensemble import MEMBERS_KEY, ensemble_from_checkpoint
 from .model import VeloBinsNet
 from .resample import antialias_warmup, to_model_grid
 
@@ -46,8 +47,12 @@ REASONS = (
 
 
 def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> VeloBinsNet:
-    """Model in eval mode from a checkpoint written by :func:`velobins_net.train.train`."""
-    return model_from_checkpoint(read_checkpoint(path, map_location=device), path).to(device)
+    """Model in eval mode from a checkpoint written by :func:`velobins_net.train.train`, or the
+    :class:`~velobins_net.ensemble.EnsembleNet` of one written by ``velobins ensemble``."""
+    ckpt = read_checkpoint(path, map_location=device)
+    if MEMBERS_KEY in ckpt:
+        return ensemble_from_checkpoint(ckpt, path).to(device)
+    return model_from_checkpoint(ckpt, path).to(device)
 
 
 @dataclass(frozen=True)

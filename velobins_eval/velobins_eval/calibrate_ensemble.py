@@ -1,0 +1,101 @@
+"""``velobins calibrate`` for an ensemble: its weight b on the members' disagreement, fitted with s.
+
+An ensemble checkpoint (``velobins ensemble``) reports the mixture's variance σ̄² and, beside it, the members'
+disagreement d̄ averaged over ``predictor.disagreement_tau``; the predictor hands the filter R = s·σ̄² + b·d̄.
+At a fixed ratio b/s that is s·(σ̄² + (b/s)·d̄): the flights with d̄ :func:`folded` into their variances, and
+the fit of s alone (``velobins_eval.calibrate.run_stage``) applies unchanged. :func:`disagreement_stage` runs it
+along a profile of ratios and keeps the best (docs/calibrate.md, "What is fitted").
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from .calibrate_errors import own_scale
+from .calibrate_fit import DISAGREEMENT, CalibrationFlight, CalibrationRefused, Point
+
+
+def folded(flights: Sequence[CalibrationFlight], ratio: float) -> list[CalibrationFlight]:
+    """The flights with an ensemble's disagreement folded into the variance: σ̂² + ``ratio``·d̄ (unchanged where
+    ``ratio`` is 0 or a flight has no disagreement). A filter scaled by s then sees s·σ̂² + b·d̄ with b = ratio·s,
+    which is how the fit of s alone also fits b at a given ratio."""
+    if ratio == 0:
+        return list(flights)
+    return [cf if cf.dis is None else dataclasses.replace(cf, var=cf.var + ratio * cf.dis) for cf in flights]
+
+
+DISAGREEMENT_RATIOS = (0.0, 0.25, 1.0, 4.0, 16.0, 64.0)
+"""The first ratios b/s of :func:`disagreement_stage`'s profile, in units of ρ (:func:`reference_ratio`): 0, the
+mixture's own variance alone, then 2½ decades from where the disagreement's term is a quarter of the variance's."""
+DISAGREEMENT_WIDENINGS = 3
+"""How often the profile goes on ×4 past its largest ratio while that one is the best, before it is refused."""
+
+
+def reference_ratio(flights: Sequence) -> float:
+    """ρ = median σ̄² / median d̄ over every estimate: the ratio b/s at which both terms of R are equal at the median
+    (the profile's unit, so that it is scale-free). Refused when the members never disagree."""
+    var = np.concatenate([cf.var.ravel() for cf in flights])
+    dis = np.concatenate([cf.dis.ravel() for cf in flights if cf.dis is not None] or [np.zeros(1)])
+    if not np.median(dis) > 0:
+        raise CalibrationRefused(f"{DISAGREEMENT}: the ensemble's members never disagree on these flights")
+    return float(np.median(var) / np.median(dis))
+
+
+def disagreement_stage(
+    label: str,
+    flights: list[CalibrationFlight],
+    start: Point,
+    names: Sequence[str],
+    args: argparse.Namespace,
+    log: Callable[[str], None],
+    initial: Point | None,
+    fit_stage: Callable[..., Any],
+):
+    """An ensemble's s and b (R = s·σ̄² + b·d̄) with the other network fields of ``names``.
+
+    At each ratio b/s of a profile the flights are :func:`folded` and s is fitted as for one network by
+    ``fit_stage`` (``velobins_eval.calibrate.run_stage``, passed in since that module calls this one, without its
+    curvature); the ratio with the best objective is kept, refined ×2^±1, and the profile is printed, so a flat
+    one is visible. The profile goes on past its largest ratio while that one wins, and is refused if it still
+    does after :data:`DISAGREEMENT_WIDENINGS` steps. The kept ratio's s is fitted once more from its optimum with
+    the curvature, which says how well the flights pin s down there. Returns ``fit_stage``'s stage with b added.
+    """
+    rho = reference_ratio(flights)
+    fits: dict[float, Any] = {}
+
+    def objective(ratio: float) -> float:
+        if ratio not in fits:
+            data = folded(flights, ratio)
+            first = dataclasses.replace(initial, scale=own_scale(data)) if initial is not None else None
+            fits[ratio] = fit_stage(f"{label}, b/s {ratio:.4g}", data, start, names, args, log, first, None, False)
+        return fits[ratio].objective
+
+    best = min((k * rho for k in DISAGREEMENT_RATIOS), key=objective)
+    for _ in range(DISAGREEMENT_WIDENINGS):
+        if best < max(fits):
+            break
+        best = min((best, 4.0 * best), key=objective)
+    if best == max(fits):
+        raise CalibrationRefused(
+            f"{DISAGREEMENT}: the objective still falls at the largest ratio b/s tried ({best:.4g}): these flights "
+            "ask for the disagreement alone, which this fit does not identify"
+        )
+    if best > 0:
+        best = min((best / 2.0, best, 2.0 * best), key=objective)
+    stage = fit_stage(f"{label}, b/s {best:.4g}", folded(flights, best), start, names, args, log, fits[best].point)
+    b = best * stage.point.scale
+    profile = ", ".join(f"{r:.3g} → {fits[r].objective:.4f}" for r in sorted(fits))
+    lines = [f"profile of the objective over b/s (ρ = {rho:.3g}): {profile}; kept b/s {best:.3g}, b {b:.4g}"]
+    return dataclasses.replace(
+        stage,
+        label=label,
+        point=dataclasses.replace(stage.point, disagreement=b),
+        values={**stage.values, DISAGREEMENT: b},
+        passes=stage.passes + sum(st.passes for st in fits.values()),
+        lines=[*lines, *stage.lines],
+    )
