@@ -84,3 +84,40 @@ def test_folding_adds_the_weighted_disagreement_and_leaves_single_networks_alone
     out = folded(with_dis, 3.0)
     np.testing.assert_allclose(out[0].var, flights[0].var + 0.03)
     assert out[1] is flights[1] and folded(with_dis, 0.0)[0] is with_dis[0]
+
+
+def _fake_fit(objective_of_ratio, rho: float, calls: list):
+    """A stand-in for ``calibrate.run_stage`` whose objective is ``objective_of_ratio(b/s)``, read back from the
+    folded flights (their variance grew by ratio·d̄, d̄ = 1 here), with s = 2 at every ratio."""
+    from velobins_eval.calibrate import Stage
+
+    def fit(label, data, start, names, args, log, initial, kind=None, uncertainty=True):
+        ratio = float(np.median(data[0].var - 1.0))
+        calls.append((ratio, uncertainty))
+        point = dataclasses.replace(start, scale=2.0)
+        return Stage(label, point, {SCALE: 2.0}, 1, ["curvature"] if uncertainty else [], objective_of_ratio(ratio))
+
+    return fit
+
+
+def _unit_flights(flights):
+    """Flights whose variance is 1 and disagreement 1 everywhere (ρ = 1)."""
+    return [dataclasses.replace(cf, var=np.ones_like(cf.var), dis=np.ones_like(cf.var)) for cf in flights]
+
+
+def test_the_profile_keeps_and_refines_an_inner_optimum(flights):
+    calls: list = []
+    fit = _fake_fit(lambda r: (np.log2(r + 1e-9) - np.log2(6.0)) ** 2 if r > 0 else 99.0, 1.0, calls)
+    stage = disagreement_stage("e", _unit_flights(flights), Point(EkfConfig(), 1.0), [SCALE], None, print, None, fit)
+    assert stage.values[DISAGREEMENT] == pytest.approx(2.0 * 8.0)  # b = ratio × s; 8 = 4 × 2, the refined best
+    assert stage.lines[0].startswith("profile of the objective over b/s (ρ = 1)") and "alone" not in stage.lines[0]
+    assert stage.lines[-1] == "curvature" and calls[-1] == (8.0, True)  # only the kept ratio gets its curvature
+    assert all(not u for _, u in calls[:-1])
+
+
+def test_a_profile_still_falling_at_its_end_is_kept_and_said(flights):
+    calls: list = []
+    fit = _fake_fit(lambda r: -r, 1.0, calls)
+    stage = disagreement_stage("e", _unit_flights(flights), Point(EkfConfig(), 1.0), [SCALE], None, print, None, fit)
+    assert stage.values[DISAGREEMENT] == pytest.approx(2.0 * 64.0 * 4**3)  # three ×4 steps past 64ρ
+    assert "d̄ alone sets R" in stage.lines[0]

@@ -33,7 +33,7 @@ DISAGREEMENT_RATIOS = (0.0, 0.25, 1.0, 4.0, 16.0, 64.0)
 """The first ratios b/s of :func:`disagreement_stage`'s profile, in units of ρ (:func:`reference_ratio`): 0, the
 mixture's own variance alone, then 2½ decades from where the disagreement's term is a quarter of the variance's."""
 DISAGREEMENT_WIDENINGS = 3
-"""How often the profile goes on ×4 past its largest ratio while that one is the best, before it is refused."""
+"""How often the profile goes on ×4 past its largest ratio while that one is the best (then it is kept)."""
 
 
 def reference_ratio(flights: Sequence) -> float:
@@ -61,9 +61,11 @@ def disagreement_stage(
     At each ratio b/s of a profile the flights are :func:`folded` and s is fitted as for one network by
     ``fit_stage`` (``velobins_eval.calibrate.run_stage``, passed in since that module calls this one, without its
     curvature); the ratio with the best objective is kept, refined ×2^±1, and the profile is printed, so a flat
-    one is visible. The profile goes on past its largest ratio while that one wins, and is refused if it still
-    does after :data:`DISAGREEMENT_WIDENINGS` steps. The kept ratio's s is fitted once more from its optimum with
-    the curvature, which says how well the flights pin s down there. Returns ``fit_stage``'s stage with b added.
+    one is visible. The profile goes on past its largest ratio while that one wins, at most
+    :data:`DISAGREEMENT_WIDENINGS` times; still winning then, it is kept and the line says that d̄ alone sets R
+    (s·σ̄² is then a negligible share of it: the limit of the model, not the edge of a parameter's range). The
+    kept ratio's s is fitted once more from its optimum with the curvature, which says how well the flights pin s
+    down there. Returns ``fit_stage``'s stage with b added.
     """
     rho = reference_ratio(flights)
     fits: dict[float, Any] = {}
@@ -80,17 +82,16 @@ def disagreement_stage(
         if best < max(fits):
             break
         best = min((best, 4.0 * best), key=objective)
-    if best == max(fits):
-        raise CalibrationRefused(
-            f"{DISAGREEMENT}: the objective still falls at the largest ratio b/s tried ({best:.4g}): these flights "
-            "ask for the disagreement alone, which this fit does not identify"
-        )
-    if best > 0:
+    limit = ""
+    if best == max(fits):  # R tends to b·d̄ alone: the variance's term no longer counts (an asymptote, not a bound)
+        share = f"s·σ̄² is 1/{best / rho:.0f} of b·d̄ at the median"
+        limit = f"; the objective still falls at the largest ratio tried: d̄ alone sets R ({share})"
+    elif best > 0:
         best = min((best / 2.0, best, 2.0 * best), key=objective)
     stage = fit_stage(f"{label}, b/s {best:.4g}", folded(flights, best), start, names, args, log, fits[best].point)
     b = best * stage.point.scale
     profile = ", ".join(f"{r:.3g} → {fits[r].objective:.4f}" for r in sorted(fits))
-    lines = [f"profile of the objective over b/s (ρ = {rho:.3g}): {profile}; kept b/s {best:.3g}, b {b:.4g}"]
+    lines = [f"profile of the objective over b/s (ρ = {rho:.3g}): {profile}; kept b/s {best:.3g}, b {b:.4g}{limit}"]
     return dataclasses.replace(
         stage,
         label=label,
