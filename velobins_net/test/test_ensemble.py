@@ -161,3 +161,13 @@ def test_an_ensemble_exports_to_onnx_with_its_disagreement(tmp_path: Path) -> No
     path = export_model(ens, tmp_path / "ens.onnx", "onnx")
     parity = check_parity(ens, path, "onnx", ExportConfig(parity_batch=3))
     assert parity.passed and set(parity.max_abs) == {"velocity", "variance", "probs", "disagreement"}, parity
+
+
+def test_fine_tuning_from_an_ensemble_is_refused_naming_its_members(tmp_path: Path) -> None:
+    from velobins_net.train_init import read_init_source
+
+    paths = [save_checkpoint(tmp_path / f"m{i}.pt", _payload(_member(i), ["a"])) for i in range(2)]
+    ens = save_checkpoint(tmp_path / "ens.pt", ensemble_checkpoint([read_checkpoint(p) for p in paths], paths))
+    with pytest.raises(CheckpointError, match="fine-tune from one of its members") as err:
+        read_init_source(str(ens))
+    assert "m0.pt" in str(err.value) and "ens.pt" in str(err.value)

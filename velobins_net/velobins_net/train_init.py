@@ -43,9 +43,14 @@ INIT_FREE_FIELDS = ("num_rotors", "rotor_kind", "velocity_range", "uncertainty",
 
 
 def read_init_source(name_or_path: str) -> tuple[Path, dict[str, Any]]:
-    """The checkpoint file and dict of ``--init-from`` (a shipped name or a path); CheckpointError if neither."""
+    """The checkpoint file and dict of ``--init-from`` (a shipped name or a path); CheckpointError if neither, or
+    if it is an ensemble's (``velobins ensemble``: fine-tune from one of its members)."""
     path = resolve_checkpoint(name_or_path)
-    return path, read_checkpoint(path)
+    ckpt = read_checkpoint(path)
+    if "members" in ckpt:
+        sources = ", ".join(str(m.get("source")) for m in ckpt["members"] if isinstance(m, dict))
+        raise CheckpointError(path, f"is an ensemble's checkpoint: fine-tune from one of its members ({sources})")
+    return path, ckpt
 
 
 def check_init_compatible(source: dict[str, Any], target: ModelConfig, path: str | Path) -> None:
