@@ -6,6 +6,24 @@ from pathlib import Path
 
 import pytest
 
+
+@pytest.fixture(scope="session")
+def calibration_flights() -> list:
+    """Two simulated nano flights of 15 s (acc 0.01 m/s²/√Hz, gyro 0.001 rad/s/√Hz) with 0.05 m/s measurements
+    (``CalibrationFlight``s): the calibrate tests' small data. Tests replace fields, never change them in place."""
+    import numpy as np
+
+    from velobins_data.sim.flight import simulate_flight
+    from velobins_eval.calibrate_fit import synthetic_measurements
+
+    seqs = [
+        simulate_flight("nano", fam, 15.0, seed, index=i)
+        for i, (fam, seed) in enumerate((("figure8", 1), ("helix", 2)))
+    ]
+    rng = np.random.default_rng(0)
+    return [synthetic_measurements(s, 0.05, rng) for s in seqs]
+
+
 SHIPPED = ("crazyflie", "crazyflie-reg")
 """The shipped models, evaluated by name (each brings its EKF overlay)."""
 

@@ -18,7 +18,6 @@ import pytest
 
 from velobins_common.errors import OptionError
 from velobins_data.datasets.csv_format import write_csv
-from velobins_data.sim.flight import simulate_flight
 from velobins_data.sim.presets import get_preset
 from velobins_ekf.config import EkfConfig
 from velobins_ekf.params import load_filter_config
@@ -42,7 +41,6 @@ from velobins_eval.calibrate_fit import (
     consistency,
     fit_noise,
     innovation_nll,
-    synthetic_measurements,
     variance_scale,
 )
 from velobins_eval.cli import main as cli_main
@@ -53,14 +51,9 @@ FACTOR = 3.0
 
 
 @pytest.fixture(scope="module")
-def flights():
-    """Two simulated nano flights (acc 0.01 m/s²/√Hz, gyro 0.001 rad/s/√Hz) with 0.05 m/s measurements."""
-    seqs = [
-        simulate_flight("nano", fam, 15.0, seed, index=i)
-        for i, (fam, seed) in enumerate((("figure8", 1), ("helix", 2)))
-    ]
-    rng = np.random.default_rng(0)
-    return [synthetic_measurements(s, 0.05, rng) for s in seqs]
+def flights(calibration_flights):
+    """conftest's two simulated nano flights with 0.05 m/s measurements."""
+    return calibration_flights
 
 
 @pytest.mark.parametrize("kind", ["innovation", "posterior"])

@@ -9,7 +9,6 @@ import dataclasses
 import numpy as np
 import pytest
 
-from velobins_data.sim.flight import simulate_flight
 from velobins_data.sim.presets import get_preset
 from velobins_ekf.config import EkfConfig
 from velobins_eval import calibrate_ensemble
@@ -23,19 +22,13 @@ from velobins_eval.calibrate_fit import (
     Point,
     consistency,
     fit_noise,
-    synthetic_measurements,
 )
 
 
 @pytest.fixture(scope="module")
-def flights():
-    """Two simulated nano flights (15 s) with 0.05 m/s measurements, as test_calibrate's."""
-    seqs = [
-        simulate_flight("nano", fam, 15.0, seed, index=i)
-        for i, (fam, seed) in enumerate((("figure8", 1), ("helix", 2)))
-    ]
-    rng = np.random.default_rng(0)
-    return [synthetic_measurements(s, 0.05, rng) for s in seqs]
+def flights(calibration_flights):
+    """conftest's two simulated nano flights with 0.05 m/s measurements."""
+    return calibration_flights
 
 
 def disagreeing_flights(flights, b: float, seed: int):
