@@ -17,7 +17,8 @@
   marginals, in the error's unit; ``velobins calibrate --objective crps`` minimises it.
 * **Exponential average over time** (:func:`exponential_average_step`, :func:`exponential_average`): a causal
   average of an irregularly sampled series with a time constant; the network predictor smooths an ensemble's
-  disagreement with it in flight, and ``velobins calibrate`` replays the same average over a recorded flight.
+  disagreement with it in flight (what ``velobins calibrate`` and ``velobins evaluate`` read from the predictor), and
+  the recipe study's probe replays the same average over saved estimates.
 * **Correlation time** (:func:`correlation_time`, from the pooled :func:`autocorrelation`): how long a series of
   errors stays correlated with itself; ``velobins calibrate`` reports it for the network's errors, which the filter
   takes as white.

@@ -79,7 +79,7 @@ def test_folding_adds_the_weighted_disagreement_and_leaves_single_networks_alone
     assert out[1] is flights[1] and folded(with_dis, 0.0)[0] is with_dis[0]
 
 
-def _fake_fit(objective_of_ratio, rho: float, calls: list):
+def _fake_fit(objective_of_ratio, calls: list):
     """A stand-in for ``calibrate.run_stage`` whose objective is ``objective_of_ratio(b/s)``, read back from the
     folded flights (their variance grew by ratio·d̄, d̄ = 1 here), with s = 2 at every ratio."""
     from velobins_eval.calibrate import Stage
@@ -100,7 +100,7 @@ def _unit_flights(flights):
 
 def test_the_profile_keeps_and_refines_an_inner_optimum(flights):
     calls: list = []
-    fit = _fake_fit(lambda r: (np.log2(r + 1e-9) - np.log2(6.0)) ** 2 if r > 0 else 99.0, 1.0, calls)
+    fit = _fake_fit(lambda r: (np.log2(r + 1e-9) - np.log2(6.0)) ** 2 if r > 0 else 99.0, calls)
     stage = disagreement_stage("e", _unit_flights(flights), Point(EkfConfig(), 1.0), [SCALE], None, print, None, fit)
     assert stage.values[DISAGREEMENT] == pytest.approx(2.0 * 8.0)  # b = ratio × s; 8 = 4 × 2, the refined best
     assert stage.lines[0].startswith("profile of the objective over b/s (ρ = 1)") and "alone" not in stage.lines[0]
@@ -110,7 +110,7 @@ def test_the_profile_keeps_and_refines_an_inner_optimum(flights):
 
 def test_a_profile_still_falling_at_its_end_is_kept_and_said(flights):
     calls: list = []
-    fit = _fake_fit(lambda r: -r, 1.0, calls)
+    fit = _fake_fit(lambda r: -r, calls)
     stage = disagreement_stage("e", _unit_flights(flights), Point(EkfConfig(), 1.0), [SCALE], None, print, None, fit)
     assert stage.values[DISAGREEMENT] == pytest.approx(2.0 * 64.0 * 4**3)  # three ×4 steps past 64ρ
     assert "d̄ alone sets R" in stage.lines[0]

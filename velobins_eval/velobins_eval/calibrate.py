@@ -158,7 +158,7 @@ class Inputs:
         the flights, there are enough of them for the folds, and ``--folds-dir`` holds nothing foreign."""
         if self.mode == "synthetic":
             return
-        from velobins_net.checkpoint import read_checkpoint
+        from velobins_net.checkpoint import MEMBERS_KEY, read_checkpoint
 
         from . import calibrate_measure as cm
 
@@ -179,7 +179,7 @@ class Inputs:
 
             self.notes += cm.check_heldout(ckpt, ckpt_path, self.flights)
             self.model = load_checkpoint(ckpt_path)
-            if DISAGREEMENT in args.fit and "members" not in ckpt:
+            if DISAGREEMENT in args.fit and MEMBERS_KEY not in ckpt:
                 raise OptionError(
                     "--fit",
                     f"{DISAGREEMENT} weighs an ensemble's disagreement: {ckpt_path} is one network "
@@ -414,12 +414,16 @@ def fitted_table(
 ) -> list[str]:
     """The before/after table on ``flights``: the objective, fused AVE, NEES median and share in bounds."""
     rows = [TABLE_HEADER.format("filter", OBJECTIVE_UNITS[kind]), "|---|---|---|---|---|---|---|---|"]
-    for label, point in ((before, start), ("after (fitted)", fitted)):
-        data = folded(flights, point.disagreement / point.scale)  # an ensemble's b·d̄ as part of s·(σ̄² + (b/s)·d̄)
-        if point.disagreement > 0:
-            label += f"; disagreement weight b {point.disagreement:.4g}"
-        objective = Objective(data, kind, workers)
-        try:
+    objectives: dict[float, Objective] = {}  # by b/s: one pool of workers for both rows of one network
+    try:
+        for label, point in ((before, start), ("after (fitted)", fitted)):
+            ratio = point.disagreement / point.scale  # an ensemble's b·d̄ as part of s·(σ̄² + (b/s)·d̄)
+            data = folded(flights, ratio)
+            if ratio not in objectives:
+                objectives[ratio] = Objective(data, kind, workers)
+            objective = objectives[ratio]
+            if point.disagreement > 0:
+                label += f"; disagreement weight b {point.disagreement:.4g}"
             if point.config.velocity_noise_floor > 0:
                 label += f"; velocity noise floor {point.config.velocity_noise_floor:.3g} m/s"
             if point.config.velocity_error_sigma > 0:
@@ -431,7 +435,8 @@ def fitted_table(
                 f"{fmt(point.scale)} | {objective(point):.4f} | {stats['ave']:.3f} | {stats['nees_median']:.3f} | "
                 f"{100 * stats['nees_in_bounds']:.1f} % |"
             )
-        finally:
+    finally:
+        for objective in objectives.values():
             objective.close()
     return rows
 

@@ -32,6 +32,9 @@ REQUIRED_KEYS = ("format_version", "model_config", "variant", "bins", "normaliza
 READ_VERSIONS = (1, CHECKPOINT_FORMAT_VERSION)
 """Format versions :func:`read_checkpoint` reads; older ones are brought to the current layout by :func:`upgrade`."""
 
+MEMBERS_KEY = "members"
+"""The field that makes a checkpoint an ensemble's (:mod:`velobins_net.ensemble`): every member's config and state."""
+
 MAX_CHECKPOINT_BYTES = 512 << 20
 """Largest checkpoint file read (the paper's model is < 2 MB; the largest allowed model well under this)."""
 
@@ -178,8 +181,10 @@ def checked_model_config(ckpt: dict[str, Any], path: str | Path = "<checkpoint>"
 def model_from_checkpoint(ckpt: dict[str, Any], path: str | Path = "<checkpoint>") -> VeloBinsNet:  # or a baseline
     """Rebuild the model (eval mode) from a checkpoint dict; errors name ``path`` and the field. An ensemble's
     checkpoint (``members``) is refused here: :func:`velobins_net.inference.load_checkpoint` loads either kind."""
-    if "members" in ckpt:
-        raise CheckpointError(path, "is an ensemble's checkpoint (field 'members'): load it with load_checkpoint")
+    if MEMBERS_KEY in ckpt:
+        raise CheckpointError(
+            path, f"is an ensemble's checkpoint (field '{MEMBERS_KEY}'): load it with load_checkpoint"
+        )
     cfg = checked_model_config(ckpt, path)
     model = build_model(cfg)
     try:

@@ -27,9 +27,9 @@ from velobins_common.stats import exponential_average_step
 
 from .accel import kernel_status
 from .attitude import attitude_window
-from .checkpoint import model_from_checkpoint, read_checkpoint
+from .checkpoint import MEMBERS_KEY, model_from_checkpoint, read_checkpoint
 from .decoders import UNCERTAINTY_SOURCES, check_uncertainty
-from .ensemble import MEMBERS_KEY, ensemble_from_checkpoint
+from .ensemble import ensemble_from_checkpoint
 from .model import VeloBinsNet
 from .resample import antialias_warmup, to_model_grid
 
@@ -374,7 +374,7 @@ class StreamingPredictor:
 
     def _average_disagreement(self, stamp: float, disagreement: np.ndarray) -> np.ndarray:
         """The causal average over ``disagreement_tau`` of the ensemble's disagreement, updated with this window's
-        (:func:`~velobins_common.stats.exponential_average_step`, the function ``calibrate`` replays)."""
+        (:func:`~velobins_common.stats.exponential_average_step`); ``calibrate`` reads it from this predictor."""
         previous = self._disagreement
         value = exponential_average_step(
             None if previous is None else previous[1],

@@ -33,7 +33,7 @@ from torch import nn
 
 from velobins_common.errors import UserError
 
-from .checkpoint import CheckpointError, read_checkpoint
+from .checkpoint import MEMBERS_KEY, CheckpointError, read_checkpoint
 from .config import ModelConfig, config_differences
 from .networks import build_model
 from .pretrained import resolve_checkpoint
@@ -47,8 +47,8 @@ def read_init_source(name_or_path: str) -> tuple[Path, dict[str, Any]]:
     if it is an ensemble's (``velobins ensemble``: fine-tune from one of its members)."""
     path = resolve_checkpoint(name_or_path)
     ckpt = read_checkpoint(path)
-    if "members" in ckpt:
-        sources = ", ".join(str(m.get("source")) for m in ckpt["members"] if isinstance(m, dict))
+    if MEMBERS_KEY in ckpt:
+        sources = ", ".join(str(m.get("source")) for m in ckpt[MEMBERS_KEY] if isinstance(m, dict))
         raise CheckpointError(path, f"is an ensemble's checkpoint: fine-tune from one of its members ({sources})")
     return path, ckpt
 

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import torch
 from axis_gap import flight_body_frame  # this folder: one flight's updates in the body frame
 from axis_scale_probe import ESTIMATE_COLUMNS, VAR_COLUMNS, _fail, flights_in, replay_mean, saved_updates
 from variance_map_probe import FILTER, VAL
@@ -35,11 +36,16 @@ from variance_map_probe import FILTER, VAL
 from velobins_common.stats import exponential_average
 from velobins_data.flight import Flight
 from velobins_eval.metrics import ave
+from velobins_net.ensemble import mixture_moments
 
 COARSE = [2.0**k for k in np.arange(-4.0, 4.01, 0.5)]
 """First grid of s (log2 steps of 0.5 from 1/16 to 16)."""
 FINE_STEPS = np.arange(-0.375, 0.376, 0.125)
 """Second grid: log2 offsets around the coarse grid's best."""
+
+
+DIS_COLUMNS = ["dis_x", "dis_y", "dis_z"]
+"""The members' disagreement (variance of their estimates) per body axis, in a :func:`mixture`'s tables."""
 
 
 def mixture(members: list[dict[str, pd.DataFrame]]) -> dict[str, pd.DataFrame]:
@@ -51,12 +57,11 @@ def mixture(members: list[dict[str, pd.DataFrame]]) -> dict[str, pd.DataFrame]:
         tables = [m[name] for m in members]
         if any(len(u) != len(first) or not np.allclose(u.t.to_numpy(), first.t.to_numpy()) for u in tables):
             sys.exit(_fail(f"{name}: the members' updates are at different stamps (evaluate them alike)"))
-        means = np.stack([u[ESTIMATE_COLUMNS].to_numpy() for u in tables])
+        means = torch.from_numpy(np.stack([u[ESTIMATE_COLUMNS].to_numpy() for u in tables]))
+        variances = torch.from_numpy(np.stack([u[VAR_COLUMNS].to_numpy() for u in tables]))
+        mean, variance, disagreement = (x.numpy() for x in mixture_moments(means, variances))  # the product's
         u = first.copy()
-        disagreement = means.var(axis=0)
-        u[ESTIMATE_COLUMNS] = means.mean(axis=0)
-        u[VAR_COLUMNS] = np.mean([t[VAR_COLUMNS].to_numpy() for t in tables], axis=0) + disagreement
-        u[["dis_x", "dis_y", "dis_z"]] = disagreement
+        u[ESTIMATE_COLUMNS], u[VAR_COLUMNS], u[DIS_COLUMNS] = mean, variance, disagreement
         mixed[name] = u
     return mixed
 
@@ -71,8 +76,6 @@ def fitted_scale(flights: dict[str, Flight], saved: dict[str, pd.DataFrame]) -> 
     return min((best * 2.0**k for k in FINE_STEPS), key=nll)
 
 
-DIS_COLUMNS = ["dis_x", "dis_y", "dis_z"]
-"""The members' disagreement (variance of their estimates) per body axis, in a :func:`mixture`'s tables."""
 TWO_SCALES = [(2.0**a, b) for a in np.arange(-3.0, 3.01, 1.0) for b in (0.0, 4.0, 16.0, 64.0, 256.0, 1024.0)]
 """The first (a, b) grid of ``--two-scales``: R = a·(the mixture's variance) + b·(the members' averaged
 disagreement); then a finer one around its best (a × 2^±½, b × 2^±1)."""

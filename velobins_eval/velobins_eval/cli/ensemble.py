@@ -77,10 +77,7 @@ def write_ensemble(args: argparse.Namespace) -> int:
 
 def main_ensemble(argv: list[str] | None = None) -> int:
     """Entry point of ``velobins ensemble``: 0 written, 2 usage error (printed by argparse or by the dispatcher)."""
-    try:
-        args = build_parser().parse_args(argv)
-    except SystemExit as exc:  # --help (0) or a usage error (2, already printed)
-        return int(exc.code or 0)
+    args = build_parser().parse_args(argv)
     if len(args.checkpoint) < 2:
         raise OptionError("--checkpoint", f"an ensemble needs 2 or more members, got {len(args.checkpoint)}")
     return write_ensemble(args)
