@@ -148,3 +148,25 @@ def test_cross_fit_mode_trains_folds_reuses_them_and_refuses_a_foreign_folds_dir
     assert cli_main([*argv, "--fold-minutes", "3", "--out", str(tmp_path / "c.yaml")]) == 2  # another budget
     err = capsys.readouterr().err
     assert "fold1" in err and "other flights, recipe or budget" in err and not (tmp_path / "c.yaml").exists()
+
+
+def test_an_ensembles_default_fit_weighs_its_disagreement(dirs, tmp_path, capsys):
+    """A checkpoint of ``velobins train --members 2`` calibrated with the default ``--fit``: the disagreement weight
+    b is fitted with s (its profile is printed) and lands in the overlay; ``--fit variance_scale`` still fits s
+    alone."""
+    run = tmp_path / "ens"
+    args = ["train", "--dataset", "csv", "--data", str(dirs["train"]), "--val", str(dirs["train"]), *TINY]
+    assert cli_main([*args, "--members", "2", "--no-progress", "--no-tensorboard", "--out", str(run)]) == 0
+    out = tmp_path / "overlay.yaml"
+    base = ["calibrate", "--dataset", "csv", "--checkpoint", str(run / "best.pt"), "--heldout", str(dirs["heldout"])]
+    capsys.readouterr()
+    assert cli_main([*base, *FAST, "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert (
+        "ensemble variance scale and disagreement weight" in printed and "profile of the objective over b/s" in printed
+    )
+    assert "disagreement_scale:" in out.read_text()  # this one-epoch pair gets b = 0: its disagreement is no guide
+    assert load_predictor_config([out]).disagreement_scale >= 0
+    alone = tmp_path / "alone.yaml"
+    assert cli_main([*base, *FAST, "--fit", "variance_scale", "--out", str(alone)]) == 0
+    assert "disagreement_scale" not in alone.read_text()

@@ -84,3 +84,43 @@ def test_val_split_tails_and_augmentation_from_the_command_line(tmp_path, capsys
     with pytest.raises(SystemExit) as stop:  # an argparse usage error
         main(["train", *BASE, "--aug-gyro-noise", "-1", "--out", str(tmp_path / "bad")])
     assert stop.value.code == 2 and "argument --aug-gyro-noise: must be >= 0" in capsys.readouterr().err
+
+
+def test_members_train_an_ensemble_in_one_command(tmp_path, capsys):
+    """``--members 2``: two runs in ``--out/member_<i>`` (seeds 0 and 1, half the budget each, or all the epochs
+    without one), their ensemble as ``--out/best.pt`` which every loader takes as one model, and a manifest that
+    lists the members; ``--overwrite`` replaces a single run only once the ensemble is written; ``--resume`` is
+    bare; an impossible count is one line, exit 2."""
+    from velobins_common.outputs import read_manifest
+    from velobins_net.checkpoint import MEMBERS_KEY
+    from velobins_net.ensemble import EnsembleNet
+    from velobins_net.inference import load_checkpoint
+
+    out = tmp_path / "run"
+    tiny = [*BASE, "--bins", "32", "--epochs", "1", "--stride", "50", "--threads", "1", "--no-progress"]
+    assert main(["train", *tiny, "--no-tensorboard", "--out", str(out)]) == 0  # one network first
+    capsys.readouterr()
+    assert main(["train", *tiny, "--members", "2", "--overwrite", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "2 members) ->" in printed and "member 1/2: seed 0" in printed and "member 2/2: seed 1" in printed
+    assert f"ensemble of 2 members -> {out / 'best.pt'}" in printed
+    assert f"-> {out / 'member_1' / 'best.pt'}" in printed  # the final place, not the staging folder
+    ck = read_checkpoint(out / "best.pt")
+    assert [m["source"] for m in ck[MEMBERS_KEY]] == [str(out / f"member_{i}" / "best.pt") for i in (0, 1)]
+    assert [read_checkpoint(out / f"member_{i}" / "best.pt")["train_config"]["seed"] for i in (0, 1)] == [0, 1]
+    assert isinstance(load_checkpoint(out / "best.pt"), EnsembleNet)
+    assert not (out / "last.pt").exists() and not (out / "history.json").exists()  # the single run is gone
+    assert {"member_0", "member_1", "best.pt"} <= set(read_manifest(out)["files"])
+
+    assert main(["train", *tiny, "--members", "2", "--epochs", "2", "--resume", "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert [read_checkpoint(out / f"member_{i}" / "last.pt")["epoch"] for i in (0, 1)] == [1, 1]  # both went on
+    for argv, message in (
+        (["--members", "2", "--resume", str(out / "member_0" / "last.pt")], "--resume: with --members, give it bare"),
+        (["--members", "0"], "TrainConfig.members: must be in [1, 16], got 0"),
+    ):
+        assert main(["train", *tiny, *argv, "--out", str(tmp_path / "other")]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and message in err[0], err
+    assert main(["train", *tiny, "--members", "2", "--out", str(out)]) == 2  # a run is there: never overwritten
+    assert "already holds a train run" in capsys.readouterr().err

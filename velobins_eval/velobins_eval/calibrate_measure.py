@@ -88,7 +88,7 @@ def recipe_from_checkpoint(ckpt: dict, path: Path):
     stored = dict(ckpt.get("train_config") or {})
     if "model" not in stored or "variant" not in stored:
         raise UserError(f"{path}: the checkpoint records no training recipe ('train_config'); pass --variant instead")
-    known = {f.name for f in dataclasses.fields(TrainConfig)} - {"model"}
+    known = {f.name for f in dataclasses.fields(TrainConfig)} - {"model", "members"}  # a fold model is one network
     values = {k: v for k, v in stored.items() if k in known}
     return TrainConfig(model=ModelConfig.from_dict(stored["model"], source=str(path)), **values)
 

@@ -42,6 +42,10 @@ CHECKPOINT_FORMAT_VERSION = 2
 """Bumped whenever the checkpoint layout changes. 2: rotor kinds ``speed``/``command``; version 1
 (``rpm``/``pwm``, the shipped models) is read and renamed by :func:`velobins_net.checkpoint.read_checkpoint`."""
 
+MAX_MEMBERS = 16
+"""Most members an ensemble may hold (each member is a full network run on every window): the bound of an ensemble
+checkpoint's ``members`` when it is read (:mod:`velobins_net.ensemble`) and of ``TrainConfig.members``."""
+
 BIN_ENCODINGS = ("direct", "pe", "spe")
 """Bin encodings of the bin decoder (§III-B, §V-D "Bin Encoding")."""
 

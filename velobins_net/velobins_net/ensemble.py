@@ -34,11 +34,9 @@ import torch
 from torch import nn
 
 from .checkpoint import MEMBERS_KEY, CheckpointError, checked_model_config, model_from_checkpoint
-from .config import ModelConfig
+from .config import MAX_MEMBERS, ModelConfig
 from .model import NetOutput, VeloBinsNet
 
-MAX_MEMBERS = 16
-"""Most members an ensemble checkpoint may hold (each member is a full network run on every window)."""
 SAME_FIELDS = ("window_s", "rate_hz", "num_rotors", "rotor_kind", "velocity_range", "num_bins", "head", "method")
 """Model-config fields every member must share: the same input window and, for the bins, the same grid."""
 

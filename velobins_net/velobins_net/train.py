@@ -171,6 +171,8 @@ def train(cfg: TrainConfig, train_seqs: Seq[Flight], val_seqs: Seq[Flight], out_
     """
     import time
 
+    if cfg.members != 1:
+        raise ValueError(f"train() trains one network; TrainConfig.members {cfg.members}: use train_ensemble")
     t_start, cpu_start = time.perf_counter(), time.process_time()
     device_kind = "cuda" if (cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available())) else "cpu"
     dd = setup_distributed(device_kind)

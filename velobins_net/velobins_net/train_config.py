@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from velobins_common.fields import param
 
 from .augment import Augmentation
-from .config import ModelConfig
+from .config import MAX_MEMBERS, ModelConfig
 from .schedule import BUDGET_CLOCKS, LR_SCHEDULES
 from .train_precision import PRECISIONS
 from .variants import parse_variant
@@ -69,6 +69,9 @@ class TrainConfig:
         augment: sensor augmentation of the training windows (:mod:`.augment`; off in the paper).
         budget_clock: what time_budget counts: wall (clock seconds) or cpu (this process's CPU seconds: every run
             gets the same compute on a shared machine).
+        members: networks to train, one after another, with seeds seed, seed+1, …, each on time_budget / members
+            (or all the epochs without a budget), mixed into one ensemble checkpoint whose disagreement the
+            filter can weigh (:mod:`velobins_net.train_ensemble`; 1 = one network).
     """
 
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -103,6 +106,7 @@ class TrainConfig:
     tensorboard: bool = True
     augment: Augmentation = field(default_factory=Augmentation)
     budget_clock: str = param("wall", choices=tuple(BUDGET_CLOCKS))
+    members: int = 1
 
     def __post_init__(self) -> None:
         parse_variant(self.variant)
@@ -127,5 +131,7 @@ class TrainConfig:
             raise ValueError(f"TrainConfig.label_floor: must be one of {LABEL_FLOORS}, got {self.label_floor!r}")
         if self.patience < 0:
             raise ValueError(f"TrainConfig.patience: must be >= 0, got {self.patience}")
+        if not 1 <= self.members <= MAX_MEMBERS:
+            raise ValueError(f"TrainConfig.members: must be in [1, {MAX_MEMBERS}], got {self.members}")
         if self.time_budget is not None and not self.time_budget > 0:
             raise ValueError(f"TrainConfig.time_budget: must be > 0 minutes, got {self.time_budget}")

@@ -106,7 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument(
         "--fit",
         help=f"comma-separated fields to fit, of {', '.join(FITTABLE)} (default: the two densities, the initial bias "
-        f"sigmas where the Allan variance measures them, and {SCALE} when the measurements come from a network)",
+        f"sigmas where the Allan variance measures them, {SCALE} when the measurements come from a network, and "
+        f"{DISAGREEMENT} too when that network is an ensemble)",
     )
     fit.add_argument("--grid-points", type=int, default=4, help="coarse grid values per density (1: no grid)")
     fit.add_argument("--max-evals", type=int, default=60, help="filter passes per refinement, at most")
@@ -151,6 +152,7 @@ def check_args(args: argparse.Namespace) -> None:
     biases = tuple(BIAS_FIELDS.values())  # by default measured by the Allan stage only (calibrate.imu_stage)
     default = (*DEFAULT_FIT, *biases, SCALE) if mode != "synthetic" else (*DEFAULT_FIT, *biases)
     args.allan_only = () if args.fit is not None else biases
+    args.fit_given = args.fit is not None  # an ensemble's checkpoint adds its disagreement to the default
     args.fit = check_fit_names(args.fit.split(",")) if args.fit is not None else default
     network = [n for n in args.fit if n in NETWORK_FITTABLE]
     if args.objective not in LIKELIHOODS and (mode == "synthetic" or args.imu_noise == "network" or not network):

@@ -22,6 +22,7 @@ model's weights; the variant, method and architecture options then default to th
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -58,6 +59,7 @@ TRAIN_FIELDS = (
     "deterministic",
     "init_from",
     "tensorboard",
+    "members",
 )
 """TrainConfig fields that are options of ``velobins train`` (defaults and help from the dataclass)."""
 
@@ -222,8 +224,9 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-TRAIN_LAYOUT = RunLayout("train", ("best.pt", "last.pt", "history.json", "tensorboard"))
-"""What ``velobins train`` owns in ``--out``: a directory holding any of these holds a run."""
+TRAIN_LAYOUT = RunLayout("train", ("best.pt", "last.pt", "history.json", "tensorboard", "member_*"))
+"""What ``velobins train`` owns in ``--out``: a directory holding any of these holds a run (``member_<i>``: the
+members of ``--members K``, :mod:`velobins_net.train_ensemble`)."""
 
 CHECKPOINT_RESERVE_BYTES = 16 << 20
 """Room checked in ``--out`` before training: more than two checkpoints of the default model."""
@@ -233,6 +236,10 @@ def _resume_path(args: argparse.Namespace) -> Path | None:
     """The checkpoint to resume from: ``--out/last.pt`` for a bare ``--resume``."""
     if args.resume is None:
         return None
+    if args.members > 1:
+        if args.resume is not True:
+            raise OptionError("--resume", "with --members, give it bare: each member resumes from its own last.pt")
+        return None  # the members' own last.pt files (velobins_net.train_ensemble)
     path = args.out / "last.pt" if args.resume is True else Path(args.resume)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no checkpoint to resume from (--resume)")
@@ -246,7 +253,6 @@ def _lock_output(args: argparse.Namespace):
     the first epoch's checkpoint is saved, so a typo, a failed check or Ctrl-C before it loses nothing.
     """
     import contextlib
-    import os
 
     if int(os.environ.get("RANK", "0")) != 0:
         return contextlib.nullcontext()
@@ -304,6 +310,8 @@ def main_train(argv: list[str] | None = None) -> int:
     if args.threads is not None and args.threads < 1:
         raise OptionError("--threads", f"must be >= 1, got {args.threads}")
     check_method_options(parse_cli_variant(args.variant, args.uncertainty, args.method), args.method, args.given)
+    if args.members > 1 and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise OptionError("--members", "trains its members one after another in one process, not under torchrun")
     with _lock_output(args) as run:
         return _run(args, run)
 
@@ -383,11 +391,19 @@ def _run(args: argparse.Namespace, run=None) -> int:
         raise UserError(f"velobins train options: {exc}") from None
     budget = f", budget {cfg.time_budget:g} min" if cfg.time_budget else ""
     floor = f", label floor {cfg.label_floor}" if variant.uses_kl and cfg.label_floor != "none" else ""
+    members = f", {cfg.members} members" if cfg.members > 1 else ""
     print(
         f"training {cfg.variant} on {len(train_seqs)} flights, validating on {len(val_seqs)} "
-        f"(recipe {args.recipe}{floor}{budget}) -> {args.out}"
+        f"(recipe {args.recipe}{floor}{budget}{members}) -> {args.out}"
     )
+    if cfg.members > 1:
+        return _run_members(args, cfg, train_seqs, val_seqs, run)
     result = train(cfg, train_seqs, val_seqs, run if run is not None else args.out)
+    return report(args, cfg, result)
+
+
+def report(args: argparse.Namespace, cfg, result) -> int:
+    """Print a finished run's epochs, its budget and its best epoch; the exit status (1: no epoch scored)."""
     if result.init is not None:
         print(describe_init(result.init))
     if result.history:
@@ -415,6 +431,43 @@ def _run(args: argparse.Namespace, run=None) -> int:
         )
         return 1
     print(f"best: epoch {result.best_epoch}, val {args.best_metric} {result.best_value:.4f} -> {result.best_path}")
+    return 0
+
+
+def _run_members(args: argparse.Namespace, cfg, train_seqs: list, val_seqs: list, run) -> int:
+    """``--members K``: K runs in ``--out/member_<i>``, then their ensemble as ``--out/best.pt``.
+
+    A new run's members are written in place from the start, so an interrupted one continues with
+    ``--resume``; with ``--overwrite`` everything is staged and the earlier run is replaced only once
+    the ensemble is written (:class:`~velobins_common.outputs.Run`).
+    """
+    import dataclasses
+
+    from velobins_net.train_ensemble import member_dir, train_ensemble
+
+    staged = args.overwrite
+    if not staged:
+        run.commit()  # nothing to replace: the members' folders are the run's from their first file
+    for i in range(cfg.members):
+        member_dir(run.path, i).mkdir(exist_ok=True)
+    if not staged:
+        run.update_manifest()  # every member's folder is the run's before it trains
+
+    def on_member(index: int, member, result) -> None:
+        print(f"member {index + 1}/{cfg.members}: seed {member.seed}", end="")
+        print(f", budget {member.time_budget:g} min" if member.time_budget else "")
+        final = member_dir(args.out, index)  # where the files lie once a staged run is committed
+        report(args, member, dataclasses.replace(result, best_path=final / "best.pt", last_path=final / "last.pt"))
+
+    result = train_ensemble(
+        cfg, train_seqs, val_seqs, run.path, resume=args.resume is not None, final_dir=args.out, on_member=on_member
+    )
+    if result.best_path is None:
+        kept = "; the earlier run in --out was kept" if staged else ""
+        print(f"velobins train: error: a member scored no epoch, so no ensemble was written{kept}", file=sys.stderr)
+        return 1
+    run.commit()  # a staged run replaces the earlier one now that the ensemble is complete
+    print(f"ensemble of {cfg.members} members -> {args.out / 'best.pt'}")
     return 0
 
 
