@@ -115,11 +115,17 @@ def test_members_train_an_ensemble_in_one_command(tmp_path, capsys):
     assert main(["train", *tiny, "--members", "2", "--epochs", "2", "--resume", "--out", str(out)]) == 0
     capsys.readouterr()
     assert [read_checkpoint(out / f"member_{i}" / "last.pt")["epoch"] for i in (0, 1)] == [1, 1]  # both went on
+    single = tmp_path / "single"
+    assert main(["train", *tiny, "--no-tensorboard", "--out", str(single)]) == 0
     for argv, message in (
         (["--members", "2", "--resume", str(out / "member_0" / "last.pt")], "--resume: with --members, give it bare"),
-        (["--members", "0"], "TrainConfig.members: must be in [1, 16], got 0"),
+        (["--members", "0", "--out", str(tmp_path / "other")], "TrainConfig.members: must be in [1, 16], got 0"),
+        (["--resume", "--out", str(out)], "holds an ensemble's members: resume with the --members it used"),
+        (["--members", "2", "--resume", "--out", str(single)], "holds one network's run (last.pt)"),
     ):
-        assert main(["train", *tiny, *argv, "--out", str(tmp_path / "other")]) == 2
+        capsys.readouterr()
+        argv = argv if "--out" in argv else [*argv, "--out", str(tmp_path / "other")]
+        assert main(["train", *tiny, *argv]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and message in err[0], err
     assert main(["train", *tiny, "--members", "2", "--out", str(out)]) == 2  # a run is there: never overwritten

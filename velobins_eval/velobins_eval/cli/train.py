@@ -239,8 +239,12 @@ def _resume_path(args: argparse.Namespace) -> Path | None:
     if args.members > 1:
         if args.resume is not True:
             raise OptionError("--resume", "with --members, give it bare: each member resumes from its own last.pt")
+        if (args.out / "last.pt").is_file():
+            raise OptionError("--members", f"{args.out} holds one network's run (last.pt): resume it without --members")
         return None  # the members' own last.pt files (velobins_net.train_ensemble)
     path = args.out / "last.pt" if args.resume is True else Path(args.resume)
+    if args.resume is True and not path.is_file() and (args.out / "member_0").is_dir():
+        raise OptionError("--resume", f"{args.out} holds an ensemble's members: resume with the --members it used")
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no checkpoint to resume from (--resume)")
     return path
