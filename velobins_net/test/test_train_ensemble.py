@@ -59,9 +59,10 @@ def test_members_are_their_seeds_runs_and_the_ensemble_holds_their_best_weights(
         *flights,
         tmp_path / "stage",
         final_dir=tmp_path / "final",
+        on_start=lambda i, cfg: seen.append((i, cfg.seed)),
         on_member=lambda i, cfg, res: seen.append((i, cfg.seed, res.best_epoch)),
     )
-    assert seen == [(0, 3, 0), (1, 4, 0)]
+    assert seen == [(0, 3), (0, 3, 0), (1, 4), (1, 4, 0)]
     alone = train(_cfg(seed=4), *flights, tmp_path / "alone")  # member 1 is the seed-4 run, bit for bit
     member1 = read_checkpoint(member_dir(tmp_path / "stage", 1) / "best.pt")["model_state"]
     for key, value in read_checkpoint(alone.best_path)["model_state"].items():

@@ -71,6 +71,7 @@ def train_ensemble(
     *,
     resume: bool = False,
     final_dir: str | Path | None = None,
+    on_start: Callable[[int, TrainConfig], None] | None = None,
     on_member: Callable[[int, TrainConfig, TrainResult], None] | None = None,
 ) -> EnsembleResult:
     """Train ``cfg.members`` (≥ 2) members in ``out_dir/member_<i>`` and write their ensemble to ``out_dir/best.pt``.
@@ -79,7 +80,8 @@ def train_ensemble(
         resume: continue each member from its ``last.pt`` where it has one (others start fresh).
         final_dir: where ``out_dir``'s entries will lie once the caller moves them (a staged run): the
             members' paths the ensemble checkpoint records. Default ``out_dir``.
-        on_member: called after each member with its index, its config and its result (progress lines).
+        on_start: called before each member trains, with its index and its config (progress lines).
+        on_member: called after each member with its index, its config and its result.
 
     Raises:
         ValueError: ``cfg.members`` below 2, or ``cfg.resume`` set (an ensemble resumes by member).
@@ -98,6 +100,8 @@ def train_ensemble(
         member = member_config(cfg, i)
         if resume and last.is_file():
             member = dataclasses.replace(member, resume=_member_resume(member, last))
+        if on_start is not None:
+            on_start(i, member)
         result = train(member, train_seqs, val_seqs, where)
         results.append(result)
         if on_member is not None:

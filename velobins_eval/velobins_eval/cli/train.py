@@ -457,14 +457,17 @@ def _run_members(args: argparse.Namespace, cfg, train_seqs: list, val_seqs: list
     if not staged:
         run.update_manifest()  # every member's folder is the run's before it trains
 
+    def on_start(index: int, member) -> None:
+        budget = f", budget {member.time_budget:g} min" if member.time_budget else ""
+        print(f"member {index + 1}/{cfg.members}: seed {member.seed}{budget} -> {member_dir(args.out, index)}")
+
     def on_member(index: int, member, result) -> None:
-        print(f"member {index + 1}/{cfg.members}: seed {member.seed}", end="")
-        print(f", budget {member.time_budget:g} min" if member.time_budget else "")
         final = member_dir(args.out, index)  # where the files lie once a staged run is committed
         report(args, member, dataclasses.replace(result, best_path=final / "best.pt", last_path=final / "last.pt"))
 
+    resume = args.resume is not None
     result = train_ensemble(
-        cfg, train_seqs, val_seqs, run.path, resume=args.resume is not None, final_dir=args.out, on_member=on_member
+        cfg, train_seqs, val_seqs, run.path, resume=resume, final_dir=args.out, on_start=on_start, on_member=on_member
     )
     if result.best_path is None:
         kept = "; the earlier run in --out was kept" if staged else ""
