@@ -4,6 +4,8 @@
 * Regression: the AI-IO baseline heads on the same (optimised) encoder.
 * Straightforward VeloBins: all tokens in every layer, bin encodings recomputed per forward.
 * TorchScript frozen: the exported (traced) model, frozen + optimize_for_inference.
+* Ensemble of 2: two VeloBins members mixed on the bins (velobins_net.ensemble, ``velobins train --members 2``):
+  its cost against one network is printed as a paired ratio (ideal 2: each member runs on every window).
 
 The first two run the model as a caller does: one window without gradients, which runs the
 model's own forward traced and frozen once (velobins_net.accel.traced: its derived weights
@@ -42,6 +44,7 @@ import torch
 
 from velobins_net.accel import kernel_status
 from velobins_net.config import ModelConfig
+from velobins_net.ensemble import EnsembleNet
 from velobins_net.export import ExportWrapper
 from velobins_net.model import VeloBinsNet
 
@@ -55,6 +58,7 @@ VB = "VeloBins (precomputed bins, last token)"
 REG = "Regression (AI-IO heads, last token)"
 PLAIN = "VeloBins straightforward (all tokens, bins recomputed)"
 FROZEN = "VeloBins TorchScript frozen (deployment)"
+ENS = "VeloBins ensemble of 2 (members mixed on the bins)"
 TARGET_MS = 0.35
 TARGET_OVERHEAD = 0.05
 TARGET_SPEEDUP = 0.70 / 0.35
@@ -95,6 +99,7 @@ def main() -> None:
     torch.manual_seed(0)
     bins = VeloBinsNet(ModelConfig(num_bins=512)).eval()
     reg = VeloBinsNet(ModelConfig(head="reg", uncertainty="C")).eval()
+    ensemble = EnsembleNet([bins, VeloBinsNet(ModelConfig(num_bins=512))]).eval()
     x = torch.randn(1, 100, 10)
     frozen = _frozen(bins)
     with torch.inference_mode():
@@ -104,6 +109,7 @@ def main() -> None:
                 REG: lambda: reg(x),
                 PLAIN: lambda: reference_forward(bins, x),
                 FROZEN: lambda: frozen(x),
+                ENS: lambda: ensemble(x),
             },
             args.rounds,
         )
@@ -115,6 +121,8 @@ def main() -> None:
     for name, (lo, mid, hi) in vs_reg.items():
         ms = quartiles(runs[name])[1]
         print(f"{name:58s} {ms:11.3f} {100 * (mid - 1):+10.1f} %  [{100 * (lo - 1):+.1f}, {100 * (hi - 1):+.1f}]")
+    e_lo, e_mid, e_hi = paired_ratio(runs, ENS, VB)
+    print(f"ensemble of 2 / one network, per round: {e_mid:.2f}x (IQR {e_lo:.2f} to {e_hi:.2f})")
     vb_ms = quartiles(runs[VB])[1]
     lo, mid, hi = vs_reg[VB]
     s_lo, s_mid, s_hi = paired_ratio(runs, PLAIN, VB)

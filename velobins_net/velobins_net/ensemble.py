@@ -26,6 +26,7 @@ any member trained on (:func:`ensemble_checkpoint`; ``velobins ensemble`` writes
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -94,9 +95,9 @@ class EnsembleNet(nn.Module):
             raise ValueError("EnsembleNet: members with a full covariance (EqNIO) are not mixed")
         v, var, disagreement = mixture_moments(torch.stack([o.v for o in outs]), torch.stack([o.var for o in outs]))
         logits = bin_var = None
-        if outs[0].logits is not None:
-            probs = torch.stack([torch.softmax(o.logits, dim=-1) for o in outs]).mean(dim=0)
-            logits = torch.log(probs.clamp_min(torch.finfo(probs.dtype).tiny))
+        if outs[0].logits is not None:  # log of the averaged probabilities, in log space: no underflow, few ops
+            members_log_p = torch.log_softmax(torch.stack([o.logits for o in outs]), dim=-1)
+            logits = torch.logsumexp(members_log_p, dim=0) - math.log(len(outs))
             bin_var = torch.stack([o.bin_var for o in outs]).mean(dim=0) + disagreement
         return NetOutput(v, var, logits, bin_var, None, disagreement=disagreement)
 
