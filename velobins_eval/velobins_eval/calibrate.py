@@ -179,9 +179,9 @@ class Inputs:
 
             self.notes += cm.check_heldout(ckpt, ckpt_path, self.flights)
             self.model = load_checkpoint(ckpt_path)
-            if MEMBERS_KEY in ckpt and not getattr(args, "fit_given", True) and SCALE in args.fit:
-                if args.imu_noise != "network":  # an ensemble's default: weigh its disagreement too
-                    args.fit = (*args.fit, DISAGREEMENT)
+            defaulted = not getattr(args, "fit_given", True) and SCALE in args.fit and args.imu_noise != "network"
+            if MEMBERS_KEY in ckpt and defaulted:  # an ensemble's default --fit weighs its disagreement too
+                args.fit = (*args.fit, DISAGREEMENT)
             if DISAGREEMENT in args.fit and MEMBERS_KEY not in ckpt:
                 raise OptionError(
                     "--fit",
