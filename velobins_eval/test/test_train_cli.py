@@ -128,5 +128,14 @@ def test_members_train_an_ensemble_in_one_command(tmp_path, capsys):
         assert main(["train", *tiny, *argv]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and message in err[0], err
+    linked, elsewhere = tmp_path / "linked", tmp_path / "elsewhere"  # a member folder that is a link: refused
+    linked.mkdir()
+    elsewhere.mkdir()
+    (linked / "member_0").symlink_to(elsewhere)
+    capsys.readouterr()
+    assert main(["train", *tiny, "--members", "2", "--resume", "--out", str(linked)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "member_0: is a link or not a folder" in err[0], err
+    assert not any(elsewhere.iterdir()) and not (linked / "best.pt").exists()
     assert main(["train", *tiny, "--members", "2", "--out", str(out)]) == 2  # a run is there: never overwritten
     assert "already holds a train run" in capsys.readouterr().err

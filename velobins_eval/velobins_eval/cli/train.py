@@ -26,7 +26,7 @@ import os
 import sys
 from pathlib import Path
 
-from velobins_common.errors import OptionError, UserError
+from velobins_common.errors import OptionError, OutputError, UserError
 from velobins_common.fields import add_config_options, config_values
 from velobins_common.outputs import RunLayout, open_run_dir, output_mode, remove_stale_temp_files
 from velobins_data.dataset_kinds import KINDS
@@ -241,6 +241,9 @@ def _resume_path(args: argparse.Namespace) -> Path | None:
             raise OptionError("--resume", "with --members, give it bare: each member resumes from its own last.pt")
         if (args.out / "last.pt").is_file():
             raise OptionError("--members", f"{args.out} holds one network's run (last.pt): resume it without --members")
+        for entry in sorted(args.out.glob("member_*")):  # a resumed member writes in place: never through a link
+            if entry.is_symlink() or not entry.is_dir():
+                raise OutputError(entry, "is a link or not a folder, not a member velobins train made; move it away")
         return None  # the members' own last.pt files (velobins_net.train_ensemble)
     path = args.out / "last.pt" if args.resume is True else Path(args.resume)
     if args.resume is True and not path.is_file() and (args.out / "member_0").is_dir():
