@@ -114,3 +114,36 @@ def test_a_profile_still_falling_at_its_end_is_kept_and_said(flights):
     stage = disagreement_stage("e", _unit_flights(flights), Point(EkfConfig(), 1.0), [SCALE], None, print, None, fit)
     assert stage.values[DISAGREEMENT] == pytest.approx(2.0 * 64.0 * 4**3)  # three ×4 steps past 64ρ
     assert "d̄ alone sets R" in stage.lines[0]
+
+
+def test_each_ratio_after_the_first_starts_where_the_last_fit_put_the_filter(flights):
+    """The filter's s is a steady multiple of the network's own (5× here, as errors correlated in time make it): from
+    the second ratio on, each fit of s starts at that multiple of its own s, not at the own s (the first ratio's
+    start), so it starts at its optimum."""
+    from velobins_eval.calibrate import Stage
+    from velobins_eval.calibrate_errors import own_scale
+
+    starts: list[tuple[float, float]] = []
+
+    def fit(label, data, start, names, args, log, initial, kind=None, uncertainty=True):
+        best = 5.0 * own_scale(data)
+        starts.append((initial.scale, best))
+        return Stage(label, dataclasses.replace(start, scale=best), {SCALE: best}, 1, [], -abs(np.log(best)))
+
+    data = disagreeing_flights(flights, 20.0, seed=3)
+    point = Point(EkfConfig(), 1.0)
+    disagreement_stage("e", data, point, [SCALE], None, print, point, fit)
+    assert len(starts) > 3
+    assert starts[0][0] == pytest.approx(starts[0][1] / 5.0)
+    for first, best in starts[1:]:
+        assert first == pytest.approx(best)
+
+
+def test_warm_scale_takes_the_factor_of_the_nearest_ratio():
+    from types import SimpleNamespace
+
+    fits = {0.0: SimpleNamespace(point=Point(EkfConfig(), 3.0)), 16.0: SimpleNamespace(point=Point(EkfConfig(), 8.0))}
+    own = {0.0: 1.0, 16.0: 2.0, 0.25: 1.5, 32.0: 0.5}
+    assert calibrate_ensemble.warm_scale(0.25, 1.0, own, {}) == 1.5  # nothing fitted yet: the own s
+    assert calibrate_ensemble.warm_scale(32.0, 1.0, own, fits) == pytest.approx(0.5 * 8.0 / 2.0)  # 16's factor
+    assert calibrate_ensemble.warm_scale(0.25, 1.0, own, fits) == pytest.approx(1.5 * 3.0 / 1.0)  # 0's factor

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -46,6 +47,22 @@ def reference_ratio(flights: Sequence) -> float:
     return float(np.median(var) / np.median(dis))
 
 
+def warm_scale(ratio: float, rho: float, own: dict[float, float], fits: dict[float, Any]) -> float:
+    """Where the fit of s at ``ratio`` starts: the network's own best s on the folded flights (``own[ratio]``), times
+    the factor by which the filter's fitted s exceeded its own at the nearest ratio fitted so far (nearest in
+    log(1 + ratio/ρ)). That factor comes from how long the network's errors stay correlated (the filter takes
+    its estimates as independent), which the ratio hardly changes, while the own s moves with the ratio. Started
+    there, a fit needs fewer filter passes and rarely a widening of its box (docs/calibrate.md)."""
+    if not fits:
+        return own[ratio]
+
+    def distance(r: float) -> float:
+        return abs(math.log1p(r / rho) - math.log1p(ratio / rho))
+
+    near = min(fits, key=distance)
+    return own[ratio] * fits[near].point.scale / own[near]
+
+
 def disagreement_stage(
     label: str,
     flights: list[CalibrationFlight],
@@ -60,20 +77,24 @@ def disagreement_stage(
 
     At each ratio b/s of a profile the flights are :func:`folded` and s is fitted as for one network by
     ``fit_stage`` (``velobins_eval.calibrate.run_stage``, passed in since that module calls this one, without its
-    curvature); the ratio with the best objective is kept, refined ×2^±1, and the profile is printed, so a flat
-    one is visible. The profile goes on past its largest ratio while that one wins, at most
-    :data:`DISAGREEMENT_WIDENINGS` times; still winning then, it is kept and the line says that d̄ alone sets R
-    (s·σ̄² is then a negligible share of it: the limit of the model, not the edge of a parameter's range). The
-    kept ratio's s is fitted once more from its optimum with the curvature, which says how well the flights pin s
-    down there. Returns ``fit_stage``'s stage with b added.
+    curvature), each started from :func:`warm_scale` where ``initial`` is given; the ratio with the best objective
+    is kept, refined ×2^±1, and the profile is printed, so a flat one is visible. The profile goes on past its
+    largest ratio while that one wins, at most :data:`DISAGREEMENT_WIDENINGS` times; still winning then, it is kept
+    and the line says that d̄ alone sets R (s·σ̄² is then a negligible share of it: the limit of the model, not the
+    edge of a parameter's range). The kept ratio's s is fitted once more from its optimum with the curvature,
+    which says how well the flights pin s down there. Returns ``fit_stage``'s stage with b added.
     """
     rho = reference_ratio(flights)
     fits: dict[float, Any] = {}
+    own: dict[float, float] = {}  # by ratio: the network's own best s on the folded flights
 
     def objective(ratio: float) -> float:
         if ratio not in fits:
             data = folded(flights, ratio)
-            first = dataclasses.replace(initial, scale=own_scale(data)) if initial is not None else None
+            own[ratio] = own_scale(data)
+            first = None
+            if initial is not None:
+                first = dataclasses.replace(initial, scale=warm_scale(ratio, rho, own, fits))
             fits[ratio] = fit_stage(f"{label}, b/s {ratio:.4g}", data, start, names, args, log, first, None, False)
         return fits[ratio].objective
 
