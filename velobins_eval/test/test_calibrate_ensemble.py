@@ -17,6 +17,7 @@ from velobins_eval.calibrate_ensemble import disagreement_stage, folded, referen
 from velobins_eval.calibrate_fit import (
     DISAGREEMENT,
     SCALE,
+    SIMPLEX_STEP,
     CalibrationRefused,
     Objective,
     Point,
@@ -45,25 +46,35 @@ def disagreeing_flights(flights, b: float, seed: int):
 
 
 def test_an_ensembles_disagreement_weight_is_fitted_by_its_profile(flights, monkeypatch):
-    """The profile over b/s finds the weight that makes the second flight's larger errors expected (b = 20 true),
-    prints the objective at every ratio, and the fitted filter is more consistent than s alone would make it
-    (a shorter first grid than the command's, to keep the test short)."""
+    """The profile over b/s, started as the command starts it (s at the network's own best), finds the weight that
+    makes the second flight's larger errors expected (b = 20 true), prints the objective at every ratio, and the
+    fitted filter is more consistent than s alone would make it. Without the warm start (every fit of s from the
+    network's own s, a quarter-decade simplex) it finds the same s and b in more filter passes. A shorter first
+    grid of ratios than the command's, to keep the test short."""
     monkeypatch.setattr(calibrate_ensemble, "DISAGREEMENT_RATIOS", (0.0, 1.0, 4.0, 16.0))
 
     data = disagreeing_flights(flights, 20.0, seed=3)
     truth = get_preset("nano").imu
     cfg = dataclasses.replace(EkfConfig(), acc_noise_density=truth.acc_density, gyro_noise_density=truth.gyro_density)
-    args = argparse.Namespace(objective="posterior", workers=1, grid_points=1, max_evals=10)
+    args = argparse.Namespace(objective="posterior", workers=1, grid_points=1, max_evals=60)
     said: list[str] = []
-    stage = disagreement_stage("ensemble", data, Point(cfg, 1.0), [SCALE], args, said.append, None, run_stage)
+    point = Point(cfg, 1.0)
+    stage = disagreement_stage("ensemble", data, point, [SCALE], args, said.append, point, run_stage)
     b, s = stage.values[DISAGREEMENT], stage.values[SCALE]
     assert 20.0 / 2.5 < b < 20.0 * 2.5 and 1 / 2.5 < s < 2.5, stage.values
     assert stage.point.disagreement == b and stage.point.scale == s
     assert stage.lines[0].startswith("profile of the objective over b/s") and "0 → " in stage.lines[0]
-    alone = fit_noise(Objective(data, "posterior"), Point(cfg, 1.0), [SCALE], max_evals=20, progress=False)
+    alone = fit_noise(Objective(data, "posterior"), point, [SCALE], max_evals=20, progress=False)
     assert stage.objective < alone.objective
     fitted = consistency(folded(data, b / s), cfg, s)["nees_in_bounds"]
     assert fitted > consistency(data, cfg, alone.values[SCALE])["nees_in_bounds"]
+
+    monkeypatch.setattr(calibrate_ensemble, "WARM_STEP", SIMPLEX_STEP)
+    monkeypatch.setattr(calibrate_ensemble, "warm_scale", lambda ratio, rho, own, fits: own[ratio])
+    cold = disagreement_stage("ensemble", data, point, [SCALE], args, lambda _: None, point, run_stage)
+    for name in (SCALE, DISAGREEMENT):
+        assert stage.values[name] == pytest.approx(cold.values[name], rel=0.03), (stage.values, cold.values)
+    assert stage.passes < cold.passes, (stage.passes, cold.passes)
 
 
 def test_members_that_never_disagree_are_refused(flights):
@@ -84,7 +95,7 @@ def _fake_fit(objective_of_ratio, calls: list):
     folded flights (their variance grew by ratio·d̄, d̄ = 1 here), with s = 2 at every ratio."""
     from velobins_eval.calibrate import Stage
 
-    def fit(label, data, start, names, args, log, initial, kind=None, uncertainty=True):
+    def fit(label, data, start, names, args, log, initial, kind=None, uncertainty=True, step=0.25):
         ratio = float(np.median(data[0].var - 1.0))
         calls.append((ratio, uncertainty))
         point = dataclasses.replace(start, scale=2.0)
@@ -125,18 +136,18 @@ def test_each_ratio_after_the_first_starts_where_the_last_fit_put_the_filter(fli
 
     starts: list[tuple[float, float]] = []
 
-    def fit(label, data, start, names, args, log, initial, kind=None, uncertainty=True):
+    def fit(label, data, start, names, args, log, initial, kind=None, uncertainty=True, step=0.25):
         best = 5.0 * own_scale(data)
-        starts.append((initial.scale, best))
+        starts.append((initial.scale, best, step))
         return Stage(label, dataclasses.replace(start, scale=best), {SCALE: best}, 1, [], -abs(np.log(best)))
 
     data = disagreeing_flights(flights, 20.0, seed=3)
     point = Point(EkfConfig(), 1.0)
     disagreement_stage("e", data, point, [SCALE], None, print, point, fit)
     assert len(starts) > 3
-    assert starts[0][0] == pytest.approx(starts[0][1] / 5.0)
-    for first, best in starts[1:]:
-        assert first == pytest.approx(best)
+    assert starts[0][0] == pytest.approx(starts[0][1] / 5.0) and starts[0][2] == SIMPLEX_STEP
+    for first, best, step in starts[1:]:  # the kept ratio's refit too, from its optimum
+        assert first == pytest.approx(best) and step == calibrate_ensemble.WARM_STEP
 
 
 def test_warm_scale_takes_the_factor_of_the_nearest_ratio():

@@ -45,6 +45,7 @@ from .calibrate_fit import (
     NETWORK_FITTABLE,
     OBJECTIVE_UNITS,
     SCALE,
+    SIMPLEX_STEP,
     CalibrationFlight,
     CalibrationRefused,
     Objective,
@@ -276,13 +277,15 @@ def run_stage(
     initial: Point | None = None,
     kind: str | None = None,
     uncertainty: bool = True,
+    step: float = SIMPLEX_STEP,
 ) -> Stage:
     """:func:`~velobins_eval.calibrate_fit.fit_noise` of ``names`` on ``flights`` (objective ``kind``, else
-    ``--objective``), then its curvature (skipped without ``uncertainty``: a profile's points)."""
+    ``--objective``; its first simplex ``step``), then its curvature (skipped without ``uncertainty``: a profile's
+    points)."""
     log(f"{label}: fitting {', '.join(names)}")
     objective = Objective(flights, kind or args.objective, args.workers)
     try:
-        fit = fit_noise(objective, start, names, args.grid_points, args.max_evals, True, log, initial=initial)
+        fit = fit_noise(objective, start, names, args.grid_points, args.max_evals, True, log, initial, step)
         if not uncertainty:
             return Stage(label, fit.point, fit.values, fit.evaluations, fit.widened, fit.objective)
         limits = [log_limits(n) for n in fit.names]

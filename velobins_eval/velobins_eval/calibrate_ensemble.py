@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from .calibrate_errors import own_scale
-from .calibrate_fit import DISAGREEMENT, CalibrationFlight, CalibrationRefused, Point
+from .calibrate_fit import DISAGREEMENT, SIMPLEX_STEP, CalibrationFlight, CalibrationRefused, Point
 
 
 def folded(flights: Sequence[CalibrationFlight], ratio: float) -> list[CalibrationFlight]:
@@ -33,6 +33,9 @@ def folded(flights: Sequence[CalibrationFlight], ratio: float) -> list[Calibrati
 DISAGREEMENT_RATIOS = (0.0, 0.25, 1.0, 4.0, 16.0, 64.0)
 """The first ratios b/s of :func:`disagreement_stage`'s profile, in units of ρ (:func:`reference_ratio`): 0, the
 mixture's own variance alone, then 2½ decades from where the disagreement's term is a quarter of the variance's."""
+WARM_STEP = 0.05
+"""The first simplex's step [decades] of a fit of s that starts from :func:`warm_scale` or from the kept ratio's
+optimum (a quarter decade from a start of unknown distance: ``calibrate_fit.SIMPLEX_STEP``)."""
 DISAGREEMENT_WIDENINGS = 3
 """How often the profile goes on ×4 past its largest ratio while that one is the best (then it is kept)."""
 
@@ -92,10 +95,12 @@ def disagreement_stage(
         if ratio not in fits:
             data = folded(flights, ratio)
             own[ratio] = own_scale(data)
-            first = None
+            first, step = None, SIMPLEX_STEP
             if initial is not None:
                 first = dataclasses.replace(initial, scale=warm_scale(ratio, rho, own, fits))
-            fits[ratio] = fit_stage(f"{label}, b/s {ratio:.4g}", data, start, names, args, log, first, None, False)
+                step = WARM_STEP if fits else SIMPLEX_STEP
+            line = f"{label}, b/s {ratio:.4g}"
+            fits[ratio] = fit_stage(line, data, start, names, args, log, first, None, False, step)
         return fits[ratio].objective
 
     best = min((k * rho for k in DISAGREEMENT_RATIOS), key=objective)
@@ -109,7 +114,8 @@ def disagreement_stage(
         limit = f"; the objective still falls at the largest ratio tried: d̄ alone sets R ({share})"
     elif best > 0:
         best = min((best / 2.0, best, 2.0 * best), key=objective)
-    stage = fit_stage(f"{label}, b/s {best:.4g}", folded(flights, best), start, names, args, log, fits[best].point)
+    data = folded(flights, best)
+    stage = fit_stage(f"{label}, b/s {best:.4g}", data, start, names, args, log, fits[best].point, step=WARM_STEP)
     b = best * stage.point.scale
     profile = ", ".join(f"{r:.3g} → {fits[r].objective:.4f}" for r in sorted(fits))
     lines = [f"profile of the objective over b/s (ρ = {rho:.3g}): {profile}; kept b/s {best:.3g}, b {b:.4g}{limit}"]

@@ -109,6 +109,8 @@ WIDEN_DECADES = 1.0
 (1, 2, 4 decades), so three reach any field's limit from its first box."""
 MAX_WIDENINGS = 3
 """Widenings per fit before a fit still at an edge is refused."""
+SIMPLEX_STEP = 0.25
+"""The first simplex's step from the start along each field [decades] (a start of unknown distance to the fit)."""
 MEAS_RATE_HZ = 20.0
 """Rate of the synthetic velocity measurements [Hz]: the network node's update rate."""
 SCALE_LIMITS = (1e-6, 1e6)
@@ -352,6 +354,7 @@ def fit_noise(
     progress: bool = True,
     log: Callable[[str], None] | None = None,
     initial: Point | None = None,
+    step: float = SIMPLEX_STEP,
 ) -> FitResult:
     """Minimise ``objective`` over ``names`` in log₁₀ space: coarse grid over the densities, then Nelder–Mead
     inside the search box, widened where the fit lands on an edge (module docstring).
@@ -366,6 +369,7 @@ def fit_noise(
         log: receives one line per stage (the command prints them).
         initial: where the search starts, if not at ``start`` (the command starts s at the value that fits the
             network's own errors best); the grid's other coordinates and the first box are taken from here.
+        step: the first simplex's step [decades]; smaller from a start known to lie near the fit (fewer passes).
 
     Raises:
         CalibrationRefused: a fitted field ran to its hard limit, or was still at a box edge after
@@ -405,7 +409,7 @@ def fit_noise(
         say(f"grid ({mesh.shape[0]} points): best {grid_desc}, objective {best_f:.4f} {unit}")
     widened: list[str] = []
     for rounds in range(MAX_WIDENINGS + 1):
-        best_x, best_f, message = refine(value, best_x, best_f, boxes, max_evals)
+        best_x, best_f, message = refine(value, best_x, best_f, boxes, max_evals, step)
         say(f"refinement: objective {best_f:.4f} {unit} ({message})")
         edges = at_edges(names, best_x, boxes)
         if not edges:
@@ -452,16 +456,19 @@ def widen(name: str, side: str, x: float, boxes: list, i: int, rounds: int, obje
     )
 
 
-def refine(value: Callable[[np.ndarray], float], x: np.ndarray, f: float, boxes, max_evals: int):
-    """Nelder–Mead from ``x`` inside ``boxes`` (stops when the simplex spans < 0.01 decade and its values differ by
-    < 1e-4, nats/update or m/s); (best x, best value, scipy's message)."""
+def refine(
+    value: Callable[[np.ndarray], float], x: np.ndarray, f: float, boxes, max_evals: int, step: float = SIMPLEX_STEP
+):
+    """Nelder–Mead from ``x`` inside ``boxes``, its first simplex ``step`` decades along each field (stops when the
+    simplex spans < 0.01 decade and its values differ by < 1e-4, nats/update or m/s); (best x, best value, scipy's
+    message)."""
     from scipy.optimize import minimize
 
     n = len(x)
     # The best point so far may lie outside a box centred elsewhere (a variance scale that starts at 1 while its
     # search is centred on the network's own errors): Nelder-Mead starts from its projection into the boxes.
     start = np.clip(x, [b[0] for b in boxes], [b[1] for b in boxes])
-    steps = [0.25 if start[i] + 0.25 <= boxes[i][1] else -0.25 for i in range(n)]
+    steps = [step if start[i] + step <= boxes[i][1] else -step for i in range(n)]
     simplex = np.vstack([start] + [start + steps[i] * np.eye(n)[i] for i in range(n)])
     res = minimize(
         value,
