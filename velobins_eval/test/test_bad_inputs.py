@@ -21,7 +21,7 @@ import torch
 from velobins_data.sim.batch import simulate_many
 from velobins_eval.cli import main
 
-TINY = ("--epochs", "1", "--stride", "25", "--val-stride", "25", "--bins", "32", "--batch-size", "64")
+TINY = ("--members", "1", "--epochs", "1", "--stride", "25", "--val-stride", "25", "--bins", "32", "--batch-size", "64")
 
 
 @pytest.fixture(scope="module")

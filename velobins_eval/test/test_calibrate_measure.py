@@ -25,7 +25,7 @@ from velobins_eval.calibrate_measure import (
 from velobins_eval.cli import main as cli_main
 from velobins_net.inference import load_predictor_config
 
-TINY = ["--epochs", "1", "--stride", "25", "--val-stride", "25", "--bins", "32", "--batch-size", "64"]
+TINY = ["--members", "1", "--epochs", "1", "--stride", "25", "--val-stride", "25", "--bins", "32", "--batch-size", "64"]
 """A one-epoch, 32-bin training: enough to produce estimates, seconds on a CPU."""
 
 

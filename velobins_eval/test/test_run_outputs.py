@@ -24,7 +24,7 @@ from velobins_eval.cli import main
 from velobins_net import checkpoint as checkpoint_module
 from velobins_net.checkpoint import read_checkpoint, save_checkpoint
 
-TINY = ("--epochs", "1", "--stride", "25", "--val-stride", "25", "--bins", "32", "--batch-size", "64")
+TINY = ("--members", "1", "--epochs", "1", "--stride", "25", "--val-stride", "25", "--bins", "32", "--batch-size", "64")
 
 
 def velobins(*args: str, **kw) -> subprocess.CompletedProcess:

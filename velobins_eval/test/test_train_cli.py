@@ -60,10 +60,11 @@ def test_fine_tune_a_shipped_model_on_real_flights(tmp_path, capsys):
     assert main(argv) == 0
     printed = capsys.readouterr().out
     assert "initialised from crazyflie (G+H^B)" in printed and "frozen:" in printed
-    assert "(recipe own-vehicle, label floor val" in printed  # the default recipe says what it changes
-    ck = read_checkpoint(out / "best.pt")
-    assert ck["init"]["source"] == "crazyflie" and ck["train_config"]["freeze"] == ("encoder",)
-    assert list((out / "tensorboard").glob("events.out.tfevents.*")) and (out / "history.json").is_file()
+    assert "(recipe own-vehicle, label floor val, 2 members) ->" in printed  # the default recipe says what it changes
+    for member in (out / "member_0", out / "member_1"):  # each member fine-tuned from the shipped model
+        ck = read_checkpoint(member / "best.pt")
+        assert ck["init"]["source"] == "crazyflie" and ck["train_config"]["freeze"] == ("encoder",)
+        assert list((member / "tensorboard").glob("events.out.tfevents.*")) and (member / "history.json").is_file()
 
 
 def test_val_split_tails_and_augmentation_from_the_command_line(tmp_path, capsys):
@@ -87,10 +88,11 @@ def test_val_split_tails_and_augmentation_from_the_command_line(tmp_path, capsys
 
 
 def test_members_train_an_ensemble_in_one_command(tmp_path, capsys):
-    """``--members 2``: two runs in ``--out/member_<i>`` (seeds 0 and 1, half the budget each, or all the epochs
-    without one), their ensemble as ``--out/best.pt`` which every loader takes as one model, and a manifest that
-    lists the members; ``--overwrite`` replaces a single run only once the ensemble is written; ``--resume`` is
-    bare; an impossible count is one line, exit 2."""
+    """The default recipe's two members (``own-vehicle``: ``--members 2``): two runs in ``--out/member_<i>`` (seeds 0
+    and 1, half the budget each, or all the epochs without one), their ensemble as ``--out/best.pt`` which every
+    loader takes as one model, and a manifest that lists the members; ``--overwrite`` replaces a single run only
+    once the ensemble is written; a bare ``--resume`` continues what ``--out`` holds, an ensemble or one network;
+    ``--resume`` is bare for an ensemble; an impossible count is one line, exit 2."""
     from velobins_common.outputs import read_manifest
     from velobins_net.checkpoint import MEMBERS_KEY
     from velobins_net.ensemble import EnsembleNet
@@ -98,9 +100,9 @@ def test_members_train_an_ensemble_in_one_command(tmp_path, capsys):
 
     out = tmp_path / "run"
     tiny = [*BASE, "--bins", "32", "--epochs", "1", "--stride", "50", "--threads", "1", "--no-progress"]
-    assert main(["train", *tiny, "--no-tensorboard", "--out", str(out)]) == 0  # one network first
+    assert main(["train", *tiny, "--members", "1", "--no-tensorboard", "--out", str(out)]) == 0  # one network first
     capsys.readouterr()
-    assert main(["train", *tiny, "--members", "2", "--overwrite", "--out", str(out)]) == 0
+    assert main(["train", *tiny, "--overwrite", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "2 members) ->" in printed and "member 1/2: seed 0" in printed and "member 2/2: seed 1" in printed
     assert f"ensemble of 2 members -> {out / 'best.pt'}" in printed
@@ -112,15 +114,17 @@ def test_members_train_an_ensemble_in_one_command(tmp_path, capsys):
     assert not (out / "last.pt").exists() and not (out / "history.json").exists()  # the single run is gone
     assert {"member_0", "member_1", "best.pt"} <= set(read_manifest(out)["files"])
 
-    assert main(["train", *tiny, "--members", "2", "--epochs", "2", "--resume", "--out", str(out)]) == 0
+    assert main(["train", *tiny, "--epochs", "2", "--resume", "--out", str(out)]) == 0
     capsys.readouterr()
     assert [read_checkpoint(out / f"member_{i}" / "last.pt")["epoch"] for i in (0, 1)] == [1, 1]  # both went on
     single = tmp_path / "single"
-    assert main(["train", *tiny, "--no-tensorboard", "--out", str(single)]) == 0
+    assert main(["train", *tiny, "--members", "1", "--no-tensorboard", "--out", str(single)]) == 0
+    assert main(["train", *tiny, "--epochs", "2", "--no-tensorboard", "--resume", "--out", str(single)]) == 0
+    assert read_checkpoint(single / "last.pt")["epoch"] == 1 and not (single / "member_0").exists()
     for argv, message in (
         (["--members", "2", "--resume", str(out / "member_0" / "last.pt")], "--resume: with --members, give it bare"),
         (["--members", "0", "--out", str(tmp_path / "other")], "TrainConfig.members: must be in [1, 16], got 0"),
-        (["--resume", "--out", str(out)], "holds an ensemble's members: resume with the --members it used"),
+        (["--members", "1", "--resume", "--out", str(out)], "holds an ensemble's members: resume with the --members"),
         (["--members", "2", "--resume", "--out", str(single)], "holds one network's run (last.pt)"),
     ):
         capsys.readouterr()
@@ -128,6 +132,10 @@ def test_members_train_an_ensemble_in_one_command(tmp_path, capsys):
         assert main(["train", *tiny, *argv]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and message in err[0], err
+    capsys.readouterr()
+    assert main(["train", *BASE, "--method", "tlio", "--members", "2", "--out", str(tmp_path / "other")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "only VeloBins and regression networks make an ensemble" in err[0], err
     linked, elsewhere = tmp_path / "linked", tmp_path / "elsewhere"  # a member folder that is a link: refused
     linked.mkdir()
     elsewhere.mkdir()

@@ -28,7 +28,21 @@ from velobins_data.sim.batch import simulate_many
 from velobins_eval.cli import main
 from velobins_net.checkpoint import read_checkpoint
 
-TINY = ("--epochs", "1", "--stride", "25", "--val-stride", "25", "--bins", "32", "--batch-size", "64", "--no-progress")
+TINY = (
+    "--members",
+    "1",
+    "--epochs",
+    "1",
+    "--stride",
+    "25",
+    "--val-stride",
+    "25",
+    "--bins",
+    "32",
+    "--batch-size",
+    "64",
+    "--no-progress",
+)
 
 
 @pytest.fixture(scope="module")

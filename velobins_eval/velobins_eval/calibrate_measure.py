@@ -94,13 +94,14 @@ def recipe_from_checkpoint(ckpt: dict, path: Path):
 
 
 def default_recipe(variant: str, flights: Sequence[Flight]):
-    """``velobins train``'s defaults (its default recipe) for ``variant`` on these flights' rotors."""
+    """``velobins train``'s defaults (its default recipe) for ``variant`` on these flights' rotors, for one network
+    (a fold model: its estimates stand for the final model's network, ensemble or not)."""
     from velobins_net.config import ModelConfig
     from velobins_net.schedule import DEFAULT_RECIPE, RECIPES
     from velobins_net.train import TrainConfig
 
     model = ModelConfig(num_rotors=flights[0].num_rotors, rotor_kind=flights[0].rotor_kind)
-    return TrainConfig(model=model, variant=variant, **RECIPES[DEFAULT_RECIPE])
+    return TrainConfig(model=model, variant=variant, **(RECIPES[DEFAULT_RECIPE] | {"members": 1}))
 
 
 def assign_folds(flights: Sequence[Flight], k: int) -> list[list[int]]:

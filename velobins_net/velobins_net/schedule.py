@@ -41,6 +41,7 @@ _PAPER: dict[str, Any] = {
     "stride": 1,
     "rotate_windows": False,
     "best_metric": "nll",
+    "members": 1,
 }
 
 RECIPES: dict[str, dict[str, Any]] = {
@@ -55,12 +56,13 @@ RECIPES: dict[str, dict[str, Any]] = {
         "rotate_windows": True,
         "best_metric": "nll+nees",
     },
-    "own-vehicle": _PAPER | {"label_floor": "val"},
+    "own-vehicle": _PAPER | {"label_floor": "val", "members": 2},
 }
 """Named TrainConfig settings (``velobins train --recipe``); options given explicitly override them. ``paper`` is
 the paper's schedule (and TrainConfig's defaults); ``own-vehicle`` is ``paper`` with the KL labels' σ bounded by
-the validation error (``label_floor``), what the small-data study of issue 28 found best for G+H^B
-(``docs/results/recipe_platforms/``); ``small-data`` is the earlier NanoBench-only study's
+the validation error (``label_floor``) and two members of half the time budget each, their ensemble the model
+(``members``; the filter weighs their disagreement), what the small-data study of issue 28 found best for G+H^B
+(``docs/results/recipe_platforms/``, items 27 and 28); ``small-data`` is the earlier NanoBench-only study's
 (``docs/results/recipe/``)."""
 
 DEFAULT_RECIPE = "own-vehicle"

@@ -170,8 +170,9 @@ def build_parser() -> argparse.ArgumentParser:
         choices=tuple(RECIPES),
         default=DEFAULT_RECIPE,
         help="named training settings (velobins_net.schedule.RECIPES; docs/results/recipe_platforms/README.md): "
-        "paper = the paper's: constant LR 3e-4, stride 1, best by NLL; own-vehicle = paper with the KL labels' σ "
-        "bounded below by the validation error (--label-floor val), best for G+H^B on minutes of flights; "
+        "paper = the paper's: constant LR 3e-4, stride 1, best by NLL, one network; own-vehicle = paper with the "
+        "KL labels' σ bounded below by the validation error (--label-floor val) and two members of half the budget "
+        "each (--members 2), best for G+H^B on minutes of flights; "
         "small-data = LR 1e-3 with 5%% warm-up and cosine decay, rotating stride 4, best by NLL + NEES-share term. "
         f"Options given explicitly override the recipe's values (default: {DEFAULT_RECIPE})",
     )
@@ -294,6 +295,31 @@ def parse_train_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def settle_members(args: argparse.Namespace) -> None:
+    """``--members`` where the recipe set it rather than the command line (``own-vehicle``: 2): a bare ``--resume``
+    continues what ``--out`` holds (one network's ``last.pt``, or the ``member_<i>`` folders of an ensemble), and
+    under torchrun, and for a baseline ``--method``, one network is trained. Given explicitly, an ensemble is
+    refused under torchrun and for a baseline."""
+    distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
+    if "members" in args.given:
+        if args.members > 1 and distributed:
+            raise OptionError("--members", "trains its members one after another in one process, not under torchrun")
+        if args.members > 1 and args.method in BASELINE_METHODS:
+            raise OptionError("--members", f"only VeloBins and regression networks make an ensemble, not {args.method}")
+        return
+    if args.method in BASELINE_METHODS:
+        args.members = 1  # the baselines' networks are not mixed (velobins_net.ensemble)
+    elif args.resume is True and (args.out / "last.pt").is_file():
+        args.members = 1
+    elif args.resume is True and (args.out / "member_0").is_dir():
+        args.members = len([p for p in args.out.glob("member_*") if p.name.removeprefix("member_").isdigit()])
+    elif args.resume is not None and args.resume is not True:
+        args.members = 1  # resuming one network's checkpoint
+    elif args.members > 1 and distributed:
+        print(f"velobins train: torchrun trains one network, not the recipe's {args.members} members (--members 1)")
+        args.members = 1
+
+
 def init_defaults(init_from: str) -> dict[str, object]:
     """Option defaults of a fine-tuning run: the source model's variant (or method) and architecture options."""
     from velobins_net.train_init import read_init_source
@@ -317,8 +343,7 @@ def main_train(argv: list[str] | None = None) -> int:
     if args.threads is not None and args.threads < 1:
         raise OptionError("--threads", f"must be >= 1, got {args.threads}")
     check_method_options(parse_cli_variant(args.variant, args.uncertainty, args.method), args.method, args.given)
-    if args.members > 1 and int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        raise OptionError("--members", "trains its members one after another in one process, not under torchrun")
+    settle_members(args)
     with _lock_output(args) as run:
         return _run(args, run)
 
