@@ -456,9 +456,7 @@ def widen(name: str, side: str, x: float, boxes: list, i: int, rounds: int, obje
     )
 
 
-def refine(
-    value: Callable[[np.ndarray], float], x: np.ndarray, f: float, boxes, max_evals: int, step: float = SIMPLEX_STEP
-):
+def refine(value: Callable[[np.ndarray], float], x: np.ndarray, f: float, boxes, max_evals: int, step=SIMPLEX_STEP):
     """Nelder–Mead from ``x`` inside ``boxes``, its first simplex ``step`` decades along each field (stops when the
     simplex spans < 0.01 decade and its values differ by < 1e-4, nats/update or m/s); (best x, best value, scipy's
     message)."""

@@ -1,4 +1,5 @@
-"""``velobins train``: load flights with a dataset adapter and train one network variant.
+"""``velobins train``: load flights with a dataset adapter and train one network variant, or an ensemble of its
+members (``--members``, two in the default recipe: :mod:`.train_members`).
 
 Variant names are the rows of the paper's Table II in :mod:`velobins_net.variants`' grammar: ``H``,
 ``M``, ``G``, ``G+H``, ``M+H`` (bins, optionally ``^B``, ``^C``, ``^B+C``) and ``reg`` (the AI-IO
@@ -33,6 +34,8 @@ from velobins_data.dataset_kinds import KINDS
 from velobins_net.config import BASELINE_METHODS
 
 from .options import add_allow_option, given_options
+from .train_members import run_members, settle_members
+from .train_report import report
 
 TRAIN_FIELDS = (
     "time_budget",
@@ -295,31 +298,6 @@ def parse_train_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def settle_members(args: argparse.Namespace) -> None:
-    """``--members`` where the recipe set it rather than the command line (``own-vehicle``: 2): a bare ``--resume``
-    continues what ``--out`` holds (one network's ``last.pt``, or the ``member_<i>`` folders of an ensemble), and
-    under torchrun, and for a baseline ``--method``, one network is trained. Given explicitly, an ensemble is
-    refused under torchrun and for a baseline."""
-    distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
-    if "members" in args.given:
-        if args.members > 1 and distributed:
-            raise OptionError("--members", "trains its members one after another in one process, not under torchrun")
-        if args.members > 1 and args.method in BASELINE_METHODS:
-            raise OptionError("--members", f"only VeloBins and regression networks make an ensemble, not {args.method}")
-        return
-    if args.method in BASELINE_METHODS:
-        args.members = 1  # the baselines' networks are not mixed (velobins_net.ensemble)
-    elif args.resume is True and (args.out / "last.pt").is_file():
-        args.members = 1
-    elif args.resume is True and (args.out / "member_0").is_dir():
-        args.members = len([p for p in args.out.glob("member_*") if p.name.removeprefix("member_").isdigit()])
-    elif args.resume is not None and args.resume is not True:
-        args.members = 1  # resuming one network's checkpoint
-    elif args.members > 1 and distributed:
-        print(f"velobins train: torchrun trains one network, not the recipe's {args.members} members (--members 1)")
-        args.members = 1
-
-
 def init_defaults(init_from: str) -> dict[str, object]:
     """Option defaults of a fine-tuning run: the source model's variant (or method) and architecture options."""
     from velobins_net.train_init import read_init_source
@@ -371,16 +349,6 @@ def _load(args: argparse.Namespace) -> tuple[list, list, list]:
     return train_seqs, val_seqs, skipped
 
 
-def describe_init(init: dict) -> str:
-    """One line on how a fine-tuned (or partly frozen) run started."""
-    parts = [f"initialised from {init['source']} ({init['variant']})"] if init.get("source") else []
-    if init["kept_fresh"]:
-        parts.append(f"kept fresh (shapes differ): {', '.join(init['kept_fresh'])}")
-    if init["frozen"]:
-        parts.append(f"frozen: {len(init['frozen'])} parameter tensors")
-    return "; ".join(parts)
-
-
 def _run(args: argparse.Namespace, run=None) -> int:
     import torch
 
@@ -429,81 +397,9 @@ def _run(args: argparse.Namespace, run=None) -> int:
         f"(recipe {args.recipe}{floor}{budget}{members}) -> {args.out}"
     )
     if cfg.members > 1:
-        return _run_members(args, cfg, train_seqs, val_seqs, run)
+        return run_members(args, cfg, train_seqs, val_seqs, run)
     result = train(cfg, train_seqs, val_seqs, run if run is not None else args.out)
     return report(args, cfg, result)
-
-
-def report(args: argparse.Namespace, cfg, result) -> int:
-    """Print a finished run's epochs, its budget and its best epoch; the exit status (1: no epoch scored)."""
-    if result.init is not None:
-        print(describe_init(result.init))
-    if result.history:
-        phases = any(h.loss_kind for h in result.history)  # the regression baseline's Huber, then NLL
-        head = f"{'epoch':>5} {'loss':>9} {'val AVE':>8} {'val NLL':>8} {'NEES in':>7} {'lr':>8} {'win/s':>7}"
-        print(head + (f" {'phase':>6}" if phases else ""))
-        for h in result.history:
-            print(
-                f"{h.epoch:>5} {h.train_loss:>9.4f} {h.val_ave:>8.4f} {h.val_nll:>8.3f} "
-                f"{100 * h.val_nees_share:>6.0f}% {h.lr:>8.2e} {h.windows_per_s:>7.0f}"
-                + (f" {h.loss_kind:>6}" if phases else "")
-            )
-        if cfg.time_budget:
-            last = result.history[-1]
-            print(
-                f"time budget {cfg.time_budget:g} min ({cfg.budget_clock} clock): ran {len(result.history)} epochs "
-                f"in {last.elapsed_s:.0f} s wall, {last.cpu_s:.0f} s CPU"
-            )
-    if result.best_epoch < 0:
-        last = result.history[-1].epoch if result.history else None
-        print(
-            f"velobins train: error: no epoch gave a finite validation {args.best_metric}: best.pt was not "
-            f"written ({result.last_path} holds epoch {last}); check the data with 'velobins check'",
-            file=sys.stderr,
-        )
-        return 1
-    print(f"best: epoch {result.best_epoch}, val {args.best_metric} {result.best_value:.4f} -> {result.best_path}")
-    return 0
-
-
-def _run_members(args: argparse.Namespace, cfg, train_seqs: list, val_seqs: list, run) -> int:
-    """``--members K``: K runs in ``--out/member_<i>``, then their ensemble as ``--out/best.pt``.
-
-    A new run's members are written in place from the start, so an interrupted one continues with
-    ``--resume``; with ``--overwrite`` everything is staged and the earlier run is replaced only once
-    the ensemble is written (:class:`~velobins_common.outputs.Run`).
-    """
-    import dataclasses
-
-    from velobins_net.train_ensemble import member_dir, train_ensemble
-
-    staged = args.overwrite
-    if not staged:
-        run.commit()  # nothing to replace: the members' folders are the run's from their first file
-    for i in range(cfg.members):
-        member_dir(run.path, i).mkdir(exist_ok=True)
-    if not staged:
-        run.update_manifest()  # every member's folder is the run's before it trains
-
-    def on_start(index: int, member) -> None:
-        budget = f", budget {member.time_budget:g} min" if member.time_budget else ""
-        print(f"member {index + 1}/{cfg.members}: seed {member.seed}{budget} -> {member_dir(args.out, index)}")
-
-    def on_member(index: int, member, result) -> None:
-        final = member_dir(args.out, index)  # where the files lie once a staged run is committed
-        report(args, member, dataclasses.replace(result, best_path=final / "best.pt", last_path=final / "last.pt"))
-
-    resume = args.resume is not None
-    result = train_ensemble(
-        cfg, train_seqs, val_seqs, run.path, resume=resume, final_dir=args.out, on_start=on_start, on_member=on_member
-    )
-    if result.best_path is None:
-        kept = "; the earlier run in --out was kept" if staged else ""
-        print(f"velobins train: error: a member scored no epoch, so no ensemble was written{kept}", file=sys.stderr)
-        return 1
-    run.commit()  # a staged run replaces the earlier one now that the ensemble is complete
-    print(f"ensemble of {cfg.members} members -> {args.out / 'best.pt'}")
-    return 0
 
 
 if __name__ == "__main__":
