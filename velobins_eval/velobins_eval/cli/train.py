@@ -1,5 +1,5 @@
 """``velobins train``: load flights with a dataset adapter and train one network variant, or an ensemble of its
-members (``--members``, two in the default recipe: :mod:`.train_members`).
+members (``--members``; two in the default recipe).
 
 Variant names are the rows of the paper's Table II in :mod:`velobins_net.variants`' grammar: ``H``,
 ``M``, ``G``, ``G+H``, ``M+H`` (bins, optionally ``^B``, ``^C``, ``^B+C``) and ``reg`` (the AI-IO
