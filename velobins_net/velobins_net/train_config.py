@@ -109,7 +109,7 @@ class TrainConfig:
     members: int = 1
 
     def __post_init__(self) -> None:
-        parse_variant(self.variant)
+        variant = parse_variant(self.variant)
         if isinstance(self.augment, dict):  # from a checkpoint's train_config
             object.__setattr__(self, "augment", Augmentation(**self.augment))
         object.__setattr__(self, "freeze", tuple(self.freeze))
@@ -133,5 +133,9 @@ class TrainConfig:
             raise ValueError(f"TrainConfig.patience: must be >= 0, got {self.patience}")
         if not 1 <= self.members <= MAX_MEMBERS:
             raise ValueError(f"TrainConfig.members: must be in [1, {MAX_MEMBERS}], got {self.members}")
+        if self.members > 1 and variant.is_baseline:  # velobins_net.ensemble mixes VeloBins and regression only
+            raise ValueError(
+                f"TrainConfig.members: only VeloBins and regression networks make an ensemble, not {self.variant}"
+            )
         if self.time_budget is not None and not self.time_budget > 0:
             raise ValueError(f"TrainConfig.time_budget: must be > 0 minutes, got {self.time_budget}")

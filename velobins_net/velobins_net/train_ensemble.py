@@ -22,7 +22,6 @@ from pathlib import Path
 from .checkpoint import CheckpointError, read_checkpoint, save_checkpoint
 from .ensemble import ensemble_checkpoint
 from .train import TrainConfig, TrainResult, train
-from .variants import parse_variant
 
 MEMBER_DIR = "member_{}"
 """Folder of member ``i`` inside the ensemble's output directory."""
@@ -85,16 +84,13 @@ def train_ensemble(
         on_member: called after each member with its index, its config and its result.
 
     Raises:
-        ValueError: ``cfg.members`` below 2, ``cfg.resume`` set (an ensemble resumes by member), or a
-            baseline's variant (their networks are not mixed).
+        ValueError: ``cfg.members`` below 2, or ``cfg.resume`` set (an ensemble resumes by member).
         CheckpointError: a member's ``last.pt`` planned with another seed or budget.
     """
     if cfg.members < 2:
         raise ValueError(f"an ensemble needs TrainConfig.members >= 2, got {cfg.members}; train() trains one network")
     if cfg.resume is not None:
         raise ValueError("TrainConfig.resume names one network's checkpoint; resume an ensemble with resume=True")
-    if parse_variant(cfg.variant).is_baseline:  # before any member trains: velobins_net.ensemble would refuse them
-        raise ValueError(f"only VeloBins and regression networks make an ensemble, not {cfg.variant}; train one")
     out_dir = Path(out_dir)
     final = Path(final_dir) if final_dir is not None else out_dir
     results: list[TrainResult] = []

@@ -21,13 +21,11 @@ def settle_members(args: argparse.Namespace) -> None:
     """``--members`` where the recipe set it rather than the command line (``own-vehicle``: 2): a bare ``--resume``
     continues what ``--out`` holds (one network's ``last.pt``, or the ``member_<i>`` folders of an ensemble), and
     under torchrun, and for a baseline ``--method``, one network is trained. Given explicitly, an ensemble is
-    refused under torchrun and for a baseline."""
+    refused under torchrun (and a baseline's by ``TrainConfig``, before the run starts)."""
     distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
     if "members" in args.given:
         if args.members > 1 and distributed:
             raise OptionError("--members", "trains its members one after another in one process, not under torchrun")
-        if args.members > 1 and args.method in BASELINE_METHODS:
-            raise OptionError("--members", f"only VeloBins and regression networks make an ensemble, not {args.method}")
         return
     if args.method in BASELINE_METHODS:
         args.members = 1  # the baselines' networks are not mixed (velobins_net.ensemble)
