@@ -13,7 +13,7 @@ from velobins_net.config import MAX_MEMBERS, ModelConfig
 from velobins_net.ensemble import EnsembleNet
 from velobins_net.inference import load_checkpoint
 from velobins_net.train import TrainConfig, train
-from velobins_net.train_ensemble import member_config, member_dir, train_ensemble
+from velobins_net.train_ensemble import member_config, member_dir, members_in, train_ensemble
 
 torch.set_num_threads(1)
 TINY = ModelConfig(num_bins=32)
@@ -37,6 +37,15 @@ def test_member_config_gives_each_member_its_seed_and_an_equal_share_of_the_budg
     assert member_config(_cfg(members=2), 1).time_budget is None  # no budget: every member runs all the epochs
     with pytest.raises(ValueError, match="outside"):
         member_config(cfg, 4)
+
+
+def test_members_in_counts_the_member_folders_from_0_without_a_gap(tmp_path):
+    assert members_in(tmp_path) == 0
+    for i in (0, 1, 3):
+        member_dir(tmp_path, i).mkdir()
+    (tmp_path / "member_x").mkdir()
+    (tmp_path / "member_2").write_text("")  # a file, not a member's folder
+    assert members_in(tmp_path) == 2
 
 
 def test_the_number_of_members_is_bounded_and_train_trains_one_network(tmp_path, flights):

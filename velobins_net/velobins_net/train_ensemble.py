@@ -41,6 +41,15 @@ def member_dir(out_dir: str | Path, index: int) -> Path:
     return Path(out_dir) / MEMBER_DIR.format(index)
 
 
+def members_in(out_dir: str | Path) -> int:
+    """How many members the ensemble in ``out_dir`` has: its ``member_<i>`` folders numbered 0, 1, … without a gap
+    (``velobins train`` makes them all before the first trains, so an interrupted run has every one)."""
+    count = 0
+    while member_dir(out_dir, count).is_dir():
+        count += 1
+    return count
+
+
 def member_config(cfg: TrainConfig, index: int, resume: str | None = None) -> TrainConfig:
     """The one-network run of member ``index``: seed ``seed + index``, an equal share of the time budget."""
     if not 0 <= index < cfg.members:

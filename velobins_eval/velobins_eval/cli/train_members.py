@@ -22,6 +22,8 @@ def settle_members(args: argparse.Namespace) -> None:
     continues what ``--out`` holds (one network's ``last.pt``, or the ``member_<i>`` folders of an ensemble), and
     under torchrun, and for a baseline ``--method``, one network is trained. Given explicitly, an ensemble is
     refused under torchrun (and a baseline's by ``TrainConfig``, before the run starts)."""
+    from velobins_net.train_ensemble import members_in  # torch: imported once the command runs, not on --help
+
     distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
     if "members" in args.given:
         if args.members > 1 and distributed:
@@ -31,8 +33,8 @@ def settle_members(args: argparse.Namespace) -> None:
         args.members = 1  # the baselines' networks are not mixed (velobins_net.ensemble)
     elif args.resume is True and (args.out / "last.pt").is_file():
         args.members = 1
-    elif args.resume is True and (args.out / "member_0").is_dir():
-        args.members = len([p for p in args.out.glob("member_*") if p.name.removeprefix("member_").isdigit()])
+    elif args.resume is True and members_in(args.out) > 0:
+        args.members = members_in(args.out)
     elif args.resume is not None and args.resume is not True:
         args.members = 1  # resuming one network's checkpoint
     elif args.members > 1 and distributed:
