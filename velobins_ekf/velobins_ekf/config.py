@@ -55,7 +55,8 @@ class EkfConfig:
     init_sigma_gyro_bias: float = param(0.01, min=1e-7, max=1.0)
     """Initial gyroscope bias standard deviation [rad/s] per axis: the spread of the turn-on bias. Typical
     0.005–0.05; ``velobins calibrate`` measures it where its Allan stage applies. A prior looser than the IMU's
-    spread lets the filter turn the network's slow errors into a heading drift (docs/calibrate.md §2)."""
+    spread lets the filter turn the network's slow errors into a heading drift (docs/calibrate.md §2). A gyro
+    the autopilot calibrates at rest before take-off leaves little: the shipped Crazyflie overlays set 0.001."""
 
     velocity_noise_floor: float = param(0.0, min=0.0, max=10.0, live=True)
     """Standard deviation [m/s] of white noise added to every velocity measurement's own, per body axis: the
