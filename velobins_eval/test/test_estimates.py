@@ -98,7 +98,7 @@ def test_the_shipped_models_were_scored_with_their_own_overlays(demo_evaluation:
     assert Path(filters["G+H^B"]["params"][0]).name == "crazyflie.yaml"
     assert Path(filters["reg"]["params"][0]).name == "crazyflie-reg.yaml"
     assert filters["G+H^B"]["source"] == "the shipped model's overlay"
-    assert set(filters["G+H^B"]["filter"]) == {"acc_noise_density", "gyro_noise_density"}
+    assert set(filters["G+H^B"]["filter"]) == {"acc_noise_density", "gyro_noise_density", "init_sigma_gyro_bias"}
     doc = json.loads((demo_evaluation / "metrics.json").read_text())
     for method in ("G+H^B", "reg"):  # with the default filter noise: NEES median in the hundreds (issue 25)
         assert doc[method]["aggregate"]["nees_median"] < 20, doc[method]["aggregate"]
