@@ -238,6 +238,8 @@ CHECKPOINT_RESERVE_BYTES = 16 << 20
 
 def _resume_path(args: argparse.Namespace) -> Path | None:
     """The checkpoint to resume from: ``--out/last.pt`` for a bare ``--resume``."""
+    from velobins_net.train_ensemble import members_in  # torch: imported once the command runs, not on --help
+
     if args.resume is None:
         return None
     if args.members > 1:
@@ -250,7 +252,7 @@ def _resume_path(args: argparse.Namespace) -> Path | None:
                 raise OutputError(entry, "is a link or not a folder, not a member velobins train made; move it away")
         return None  # the members' own last.pt files (velobins_net.train_ensemble)
     path = args.out / "last.pt" if args.resume is True else Path(args.resume)
-    if args.resume is True and not path.is_file() and (args.out / "member_0").is_dir():
+    if args.resume is True and not path.is_file() and members_in(args.out) > 0:
         raise OptionError("--resume", f"{args.out} holds an ensemble's members: resume with the --members it used")
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no checkpoint to resume from (--resume)")

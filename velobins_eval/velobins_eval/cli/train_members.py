@@ -33,8 +33,8 @@ def settle_members(args: argparse.Namespace) -> None:
         args.members = 1  # the baselines' networks are not mixed (velobins_net.ensemble)
     elif args.resume is True and (args.out / "last.pt").is_file():
         args.members = 1
-    elif args.resume is True and members_in(args.out) > 0:
-        args.members = members_in(args.out)
+    elif args.resume is True and (found := members_in(args.out)) > 0:
+        args.members = found
     elif args.resume is not None and args.resume is not True:
         args.members = 1  # resuming one network's checkpoint
     elif args.members > 1 and distributed:
