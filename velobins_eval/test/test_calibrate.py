@@ -26,6 +26,7 @@ from velobins_eval.calibrate_errors import (
     error_persistence_line,
     floor_start,
     network_lines,
+    variance_scale,
     velocity_error_start,
 )
 from velobins_eval.calibrate_fit import (
@@ -41,7 +42,6 @@ from velobins_eval.calibrate_fit import (
     consistency,
     fit_noise,
     innovation_nll,
-    variance_scale,
 )
 from velobins_eval.cli import main as cli_main
 from velobins_eval.cli.calibrate import main_calibrate

@@ -13,7 +13,7 @@ import numpy as np
 
 from velobins_common.stats import correlation_time, gaussian_nll
 
-from .calibrate_fit import FLOOR, CalibrationFlight, Point, variance_scale
+from .calibrate_fit import FLOOR, CalibrationFlight, Point
 
 
 def network_errors(flights: list[CalibrationFlight]) -> tuple[np.ndarray, np.ndarray]:
@@ -26,6 +26,15 @@ def error_rms(flights: list[CalibrationFlight]) -> float:
     """RMS of the network's errors per axis [m/s] (where the fits of σ_b and of the noise floor start)."""
     err, _ = network_errors(flights)
     return float(np.sqrt(np.mean(err**2)))
+
+
+def variance_scale(err: np.ndarray, var: np.ndarray) -> float:
+    """Maximum-likelihood s of N(0, s·σ²) for errors ``err`` with variances ``var``: s = mean(e² / σ²)."""
+    e2 = np.asarray(err, dtype=np.float64) ** 2
+    v = np.asarray(var, dtype=np.float64)
+    if e2.shape != v.shape or e2.size == 0 or np.any(v <= 0) or not np.all(np.isfinite(e2 / v)):
+        raise ValueError("calibrate: network errors and variances must be non-empty, finite, same shape, var > 0")
+    return float(np.mean(e2 / v))
 
 
 def own_scale(flights: list[CalibrationFlight]) -> float:

@@ -430,7 +430,7 @@ def fit_noise(
     )
 
 
-def widen(name: str, side: str, x: float, boxes: list, i: int, rounds: int, objective: str) -> str:
+def widen(name: str, side: str, x: float, boxes: list[tuple[float, float]], i: int, rounds: int, objective: str) -> str:
     """Move the ``side`` edge of ``boxes[i]`` out by :data:`WIDEN_DECADES` · 2^``rounds`` (clipped to the field's
     limit) and return the line that says so; refuse (:class:`CalibrationRefused`) a fit at the limit itself, or
     one still at an edge after :data:`MAX_WIDENINGS` widenings. ``objective``: the value and unit a refusal quotes."""
@@ -456,7 +456,14 @@ def widen(name: str, side: str, x: float, boxes: list, i: int, rounds: int, obje
     )
 
 
-def refine(value: Callable[[np.ndarray], float], x: np.ndarray, f: float, boxes, max_evals: int, step=SIMPLEX_STEP):
+def refine(
+    value: Callable[[np.ndarray], float],
+    x: np.ndarray,
+    f: float,
+    boxes: list[tuple[float, float]],
+    max_evals: int,
+    step: float = SIMPLEX_STEP,
+) -> tuple[np.ndarray, float, str]:
     """Nelder–Mead from ``x`` inside ``boxes``, its first simplex ``step`` decades along each field (stops when the
     simplex spans < 0.01 decade and its values differ by < 1e-4, nats/update or m/s); (best x, best value, scipy's
     message)."""
@@ -479,7 +486,7 @@ def refine(value: Callable[[np.ndarray], float], x: np.ndarray, f: float, boxes,
     return (np.asarray(res.x, dtype=float), float(res.fun), message) if res.fun < f else (x, f, message)
 
 
-def at_edges(names: Sequence[str], x: np.ndarray, boxes) -> list[tuple[int, str]]:
+def at_edges(names: Sequence[str], x: np.ndarray, boxes: list[tuple[float, float]]) -> list[tuple[int, str]]:
     """(index, 'lower'/'upper') of every fitted value within :data:`EDGE_DECADES` of its box edge."""
     out = []
     for i in range(len(names)):
@@ -488,12 +495,3 @@ def at_edges(names: Sequence[str], x: np.ndarray, boxes) -> list[tuple[int, str]
         elif boxes[i][1] - x[i] <= EDGE_DECADES:
             out.append((i, "upper"))
     return out
-
-
-def variance_scale(err: np.ndarray, var: np.ndarray) -> float:
-    """Maximum-likelihood s of N(0, s·σ²) for errors ``err`` with variances ``var``: s = mean(e² / σ²)."""
-    e2 = np.asarray(err, dtype=np.float64) ** 2
-    v = np.asarray(var, dtype=np.float64)
-    if e2.shape != v.shape or e2.size == 0 or np.any(v <= 0) or not np.all(np.isfinite(e2 / v)):
-        raise ValueError("calibrate: network errors and variances must be non-empty, finite, same shape, var > 0")
-    return float(np.mean(e2 / v))
