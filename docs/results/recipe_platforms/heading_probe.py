@@ -37,12 +37,17 @@ def heading(q_est: np.ndarray, q_true: np.ndarray) -> np.ndarray:
     return np.degrees(yaw_errors(q_est, q_true))
 
 
+def attitudes(u: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """(estimated, true) attitude quaternions, x y z w, of one flight's ``updates.csv``."""
+    return u[["qx", "qy", "qz", "qw"]].to_numpy(), u[["gt_qx", "gt_qy", "gt_qz", "gt_qw"]].to_numpy()
+
+
 def shares(u: pd.DataFrame) -> tuple[float, float]:
     """(share in bounds, share in bounds without the attitude's part) of one flight's ``updates.csv``."""
     v = u[["vx", "vy", "vz"]].to_numpy()
     truth = u[["gt_vx", "gt_vy", "gt_vz"]].to_numpy()
     cov = u[[c for c in u.columns if c.startswith("v_cov_")]].to_numpy().reshape(-1, 3, 3)
-    q_est, q_true = u[["qx", "qy", "qz", "qw"]].to_numpy(), u[["gt_qx", "gt_qy", "gt_qz", "gt_qw"]].to_numpy()
+    q_est, q_true = attitudes(u)
     body = Rotation.from_quat(q_true).inv().apply(truth)
     error = v - Rotation.from_quat(q_est).apply(body)  # the velocity error with a right attitude
     nees = np.einsum("ni,nij,nj->n", error, np.linalg.inv(cov), error)
@@ -73,10 +78,7 @@ def main(args: list[str]) -> None:
                 print(f"{folder} {method}: in bounds {100 * raw:.1f} %, without the attitude's part {100 * kept:.1f} %")
                 print("    " + "; ".join(f"{n} {100 * a:.1f} / {100 * b:.1f}" for n, a, b in rows))
             if flight in mine:
-                u = mine[flight]
-                errors = heading(
-                    u[["qx", "qy", "qz", "qw"]].to_numpy(), u[["gt_qx", "gt_qy", "gt_qz", "gt_qw"]].to_numpy()
-                )
+                errors = heading(*attitudes(mine[flight]))
                 print(f"{folder} {method}: heading error on {flight}: " + " ".join(f"{x:.0f}" for x in picks(errors)))
 
 

@@ -1,6 +1,6 @@
 """Item 32 of README.md: ``velobins train`` with AdamW's decoupled weight decay in place of the paper's Adam.
 
-Not a product option: the study tried one weight (1.0) on ``n8`` and found it costs both methods network AVE.
+Not a product option: the study tried weights 0.1 and 1.0 on ``n8``, and both cost both methods network AVE.
 The script swaps :func:`velobins_net.train.make_optimizer` for ``torch.optim.AdamW(params, lr, weight_decay=WD)``
 in this process and runs the ``velobins train`` command line unchanged otherwise (ensemble members included).
 Usage:
