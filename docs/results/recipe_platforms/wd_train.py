@@ -25,7 +25,11 @@ def main(argv: list[str]) -> int:
     if not argv:
         print("usage: wd_train.py WD <velobins train arguments...>", file=sys.stderr)
         return 2
-    decay = float(argv[0])
+    try:
+        decay = float(argv[0])
+    except ValueError:
+        print(f"wd_train: error: WD must be a number, got {argv[0]!r}", file=sys.stderr)
+        return 2
 
     def adamw(params: Iterable[torch.nn.Parameter], lr: float) -> torch.optim.Optimizer:
         print(f"wd_train: AdamW, weight_decay {decay}", file=sys.stderr)
