@@ -10,6 +10,9 @@ unchanged otherwise (ensemble members included):
 * ``--dropout P``: every model that :func:`velobins_net.train.build_model` builds gets a forward hook on its encoder
   that applies ``F.dropout(h, P)`` to the feature h every head reads, in training mode only. The hook adds no
   parameter, so the checkpoint is the plain network and ``evaluate`` and ``calibrate`` read it as any other.
+* ``--residual-dropout P``: the same models drop each feature of every transformer layer's attention and FFN
+  outputs with probability ``P`` in training, before each is added to the residual stream (the original
+  Transformer's residual dropout); no parameter either.
 
 Usage:
 
@@ -73,6 +76,32 @@ def with_dropout(p: float, build: Callable[..., nn.Module]) -> Callable[..., nn.
     return built
 
 
+def with_residual_dropout(p: float, build: Callable[..., nn.Module]) -> Callable[..., nn.Module]:
+    """``build_model`` whose transformer layers drop each feature of both sublayers' outputs (attention and FFN)
+    with probability ``p`` in training, before the residual add: the original Transformer's residual dropout."""
+
+    def hook(module: nn.Module, _inputs: tuple[torch.Tensor, ...], y: torch.Tensor) -> torch.Tensor:
+        return F.dropout(y, p, training=module.training)
+
+    def dropped_attention(layer: nn.Module) -> Callable[..., torch.Tensor]:
+        attention = layer.attention  # wrapped whole: its one-query fast path skips the output projection module
+
+        def attend(y: torch.Tensor, last_only: bool = False) -> torch.Tensor:
+            return F.dropout(attention(y, last_only), p, training=layer.training)
+
+        return attend
+
+    def built(cfg: object) -> nn.Module:
+        model = build(cfg)
+        for layer in model.encoder.layers:
+            layer.ff2.register_forward_hook(hook)
+            layer.attention = dropped_attention(layer)
+        print(f"regularise_train: residual dropout {p} in {len(model.encoder.layers)} layers", file=sys.stderr)
+        return model
+
+    return built
+
+
 def main(argv: list[str]) -> int:
     """Run ``velobins train`` on the arguments this script does not know, with the regularisers it does."""
     parser = argparse.ArgumentParser(
@@ -80,11 +109,16 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument("--weight-decay", type=non_negative, default=None, metavar="WD", help="AdamW weight decay")
     parser.add_argument("--dropout", type=fraction, default=None, metavar="P", help="dropout on the encoder's output")
+    parser.add_argument(
+        "--residual-dropout", type=fraction, default=None, metavar="P", help="dropout on each sublayer's output"
+    )
     args, rest = parser.parse_known_args(argv)
     if args.weight_decay is not None:
         train_module.make_optimizer = with_weight_decay(args.weight_decay)
     if args.dropout is not None:
         train_module.build_model = with_dropout(args.dropout, train_module.build_model)
+    if args.residual_dropout is not None:
+        train_module.build_model = with_residual_dropout(args.residual_dropout, train_module.build_model)
     from velobins_eval.cli import main as cli_main
 
     return cli_main(["train", *rest])
