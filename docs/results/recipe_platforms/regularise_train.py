@@ -14,10 +14,13 @@ unchanged otherwise (ensemble members included):
 * ``--residual-dropout P``: the same models drop each feature of every transformer layer's attention and FFN
   outputs with probability ``P`` in training, before each is added to the residual stream (the original
   Transformer's residual dropout); no parameter either.
+* ``--conv-dropout P``: the same models drop each activation of the encoder's two convolutions (per modality, then
+  mixing) with probability ``P`` in training, before the next convolution and before the token projection.
 
 Usage:
 
-    python regularise_train.py [--weight-decay WD] [--dropout P] [--residual-dropout P] <velobins train arguments...>
+    python regularise_train.py [--weight-decay WD] [--dropout P] [--residual-dropout P] [--conv-dropout P] \\
+        <velobins train arguments...>
     python regularise_train.py --dropout 0.3 --dataset nanobench --data runs/recipe29/subsets/n8 \\
         --val-split flights --variant reg --recipe paper --members 1 --time-budget 5 --budget-clock cpu \\
         --seed 0 --out runs/do/reg_s0
@@ -116,6 +119,32 @@ def with_residual_dropout(p: float, build: Callable[..., nn.Module]) -> Callable
     return built
 
 
+def with_conv_dropout(p: float, build: Callable[..., nn.Module]) -> Callable[..., nn.Module]:
+    """``build_model`` whose encoders drop each activation of both convolutions (per modality, then mixing) with
+    probability ``p`` in training: the mixing convolution's input and the token projection's input."""
+
+    def pre_hook(module: nn.Module, inputs: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+        return (F.dropout(inputs[0], p, training=module.training),)
+
+    def dropped_mixing(encoder: Encoder) -> Callable[[torch.Tensor], torch.Tensor]:
+        mixing = encoder.mixing_conv  # a method (its fast path folds the weights), so wrapped, not hooked
+
+        def mix(z: torch.Tensor) -> torch.Tensor:
+            return mixing(F.dropout(z, p, training=encoder.training))
+
+        return mix
+
+    def built(cfg: object) -> nn.Module:
+        model = build(cfg)
+        encoder = encoder_of(model, "--conv-dropout")
+        encoder.mixing_conv = dropped_mixing(encoder)
+        encoder.proj.register_forward_pre_hook(pre_hook)
+        print(f"regularise_train: dropout {p} on both convolutions' outputs", file=sys.stderr)
+        return model
+
+    return built
+
+
 def main(argv: list[str]) -> int:
     """Run ``velobins train`` on the arguments this script does not know, with the regularisers it does."""
     parser = argparse.ArgumentParser(
@@ -126,6 +155,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--residual-dropout", type=fraction, default=None, metavar="P", help="dropout on each sublayer's output"
     )
+    parser.add_argument(
+        "--conv-dropout", type=fraction, default=None, metavar="P", help="dropout on both convolutions' outputs"
+    )
     args, rest = parser.parse_known_args(argv)
     if args.weight_decay is not None:
         train_module.make_optimizer = with_weight_decay(args.weight_decay)
@@ -133,6 +165,8 @@ def main(argv: list[str]) -> int:
         train_module.build_model = with_dropout(args.dropout, train_module.build_model)
     if args.residual_dropout is not None:
         train_module.build_model = with_residual_dropout(args.residual_dropout, train_module.build_model)
+    if args.conv_dropout is not None:
+        train_module.build_model = with_conv_dropout(args.conv_dropout, train_module.build_model)
     from velobins_eval.cli import main as cli_main
 
     return cli_main(["train", *rest])
