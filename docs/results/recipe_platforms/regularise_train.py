@@ -1,8 +1,8 @@
 """Items 32 and 33 of README.md: ``velobins train`` with weight decay or dropout, which the network does not have.
 
 Not product options: the study tried AdamW's decoupled weight decay at 0.1 and 1.0 (item 32), and dropout on the
-encoder's last-step feature at 0.1 and 0.3 and residual dropout at 0.1 (item 33), on ``n8``; none of them is the
-lever the recipe lacks.
+encoder's last-step feature at 0.1 and 0.3, residual dropout at 0.1 and dropout on the convolutions at 0.1 (item 33),
+on ``n8``; none of them is the lever the recipe lacks.
 In this process the script swaps what ``velobins_net.train`` calls, and runs the ``velobins train`` command line
 unchanged otherwise (ensemble members included):
 
