@@ -29,6 +29,7 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Callable, Iterable
 
@@ -49,10 +50,11 @@ def fraction(text: str) -> float:
 
 
 def non_negative(text: str) -> float:
-    """A weight decay, for argparse: AdamW refuses a negative one with a traceback."""
+    """A weight decay, for argparse: AdamW refuses a negative one with a traceback, and an infinite one ruins the
+    weights silently."""
     value = float(text)
-    if value < 0.0:
-        raise argparse.ArgumentTypeError(f"must be at least 0, got {value}")
+    if not 0.0 <= value < math.inf:
+        raise argparse.ArgumentTypeError(f"must be a finite number of at least 0, got {value}")
     return value
 
 
@@ -77,15 +79,21 @@ def encoder_of(model: nn.Module, option: str) -> Encoder:
     return encoder
 
 
+def dropout_hook(p: float) -> Callable[[nn.Module, tuple[torch.Tensor, ...], torch.Tensor], torch.Tensor]:
+    """A forward hook that drops each feature of its module's output with probability ``p`` in training."""
+
+    def hook(module: nn.Module, _inputs: tuple[torch.Tensor, ...], output: torch.Tensor) -> torch.Tensor:
+        return F.dropout(output, p, training=module.training)
+
+    return hook
+
+
 def with_dropout(p: float, build: Callable[..., nn.Module]) -> Callable[..., nn.Module]:
     """``build_model`` whose models drop each feature of the encoder's output with probability ``p`` in training."""
 
-    def hook(module: nn.Module, _inputs: tuple[torch.Tensor, ...], h: torch.Tensor) -> torch.Tensor:
-        return F.dropout(h, p, training=module.training)
-
     def built(cfg: object) -> nn.Module:
         model = build(cfg)
-        encoder_of(model, "--dropout").register_forward_hook(hook)
+        encoder_of(model, "--dropout").register_forward_hook(dropout_hook(p))
         print(f"regularise_train: dropout {p} on the encoder's output", file=sys.stderr)
         return model
 
@@ -95,9 +103,6 @@ def with_dropout(p: float, build: Callable[..., nn.Module]) -> Callable[..., nn.
 def with_residual_dropout(p: float, build: Callable[..., nn.Module]) -> Callable[..., nn.Module]:
     """``build_model`` whose transformer layers drop each feature of both sublayers' outputs (attention and FFN)
     with probability ``p`` in training, before the residual add: the original Transformer's residual dropout."""
-
-    def hook(module: nn.Module, _inputs: tuple[torch.Tensor, ...], y: torch.Tensor) -> torch.Tensor:
-        return F.dropout(y, p, training=module.training)
 
     def dropped_attention(layer: nn.Module) -> Callable[..., torch.Tensor]:
         attention = layer.attention  # wrapped whole: its one-query fast path skips the output projection module
@@ -111,7 +116,7 @@ def with_residual_dropout(p: float, build: Callable[..., nn.Module]) -> Callable
         model = build(cfg)
         layers = encoder_of(model, "--residual-dropout").layers
         for layer in layers:
-            layer.ff2.register_forward_hook(hook)
+            layer.ff2.register_forward_hook(dropout_hook(p))
             layer.attention = dropped_attention(layer)
         print(f"regularise_train: residual dropout {p} in {len(layers)} layers", file=sys.stderr)
         return model
