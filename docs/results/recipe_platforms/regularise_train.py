@@ -1,8 +1,8 @@
 """Items 32 and 33 of README.md: ``velobins train`` with weight decay or dropout, which the network does not have.
 
 Not product options: the study tried AdamW's decoupled weight decay at 0.1 and 1.0 (item 32), and dropout on the
-encoder's last-step feature at 0.1 and 0.3, residual dropout at 0.1 and dropout on the convolutions at 0.1 (item 33),
-on ``n8``; none of them is the lever the recipe lacks.
+encoder's last-step feature at 0.1 and 0.3, residual dropout at 0.1, dropout on the convolutions at 0.1 and on the
+attention weights at 0.1 (item 33), on ``n8``; none of them is the lever the recipe lacks.
 In this process the script swaps what ``velobins_net.train`` calls, and runs the ``velobins train`` command line
 unchanged otherwise (ensemble members included):
 
@@ -16,11 +16,13 @@ unchanged otherwise (ensemble members included):
   Transformer's residual dropout); no parameter either.
 * ``--conv-dropout P``: the same models drop each activation of the encoder's two convolutions (per modality, then
   mixing) with probability ``P`` in training, before the next convolution and before the token projection.
+* ``--attention-dropout P``: the same models drop each attention weight softmax(q kᵀ/√d_h) with probability ``P``
+  in training (BERT's attention dropout). Training then takes the attention's plain branch, without its fast paths.
 
 Usage:
 
     python regularise_train.py [--weight-decay WD] [--dropout P] [--residual-dropout P] [--conv-dropout P] \\
-        <velobins train arguments...>
+        [--attention-dropout P] <velobins train arguments...>
     python regularise_train.py --dropout 0.3 --dataset nanobench --data runs/recipe29/subsets/n8 \\
         --val-split flights --variant reg --recipe paper --members 1 --time-budget 5 --budget-clock cpu \\
         --seed 0 --out runs/do/reg_s0
@@ -150,6 +152,39 @@ def with_conv_dropout(p: float, build: Callable[..., nn.Module]) -> Callable[...
     return built
 
 
+def with_attention_dropout(p: float, build: Callable[..., nn.Module]) -> Callable[..., nn.Module]:
+    """``build_model`` whose transformer layers drop each attention weight with probability ``p`` in training (the
+    weights are rescaled by 1/(1 − p), as in the original Transformer and BERT); the output in eval is unchanged."""
+
+    def dropped_attention(layer: nn.Module) -> Callable[..., torch.Tensor]:
+        attention = layer.attention  # eval keeps the layer's own attention, fast paths included
+
+        def attend(y: torch.Tensor, last_only: bool = False) -> torch.Tensor:
+            if not layer.training:
+                return attention(y, last_only)
+            # the plain branch of TransformerLayer.attention with dropout on softmax(q kᵀ/√d_h): its fast paths
+            # (the folded last query, the native kernel) have no dropout
+            b, t, d = y.shape
+            heads = layer.num_heads
+            q, k, v = layer.qkv(y).view(b, t, 3, heads, d // heads).permute(2, 0, 3, 1, 4).unbind(0)
+            if last_only:
+                q = q[:, :, -1:]
+            out = F.scaled_dot_product_attention(q, k, v, dropout_p=p)
+            return layer.out(out.transpose(1, 2).reshape(b, -1, d))
+
+        return attend
+
+    def built(cfg: object) -> nn.Module:
+        model = build(cfg)
+        layers = encoder_of(model, "--attention-dropout").layers
+        for layer in layers:
+            layer.attention = dropped_attention(layer)
+        print(f"regularise_train: attention dropout {p} in {len(layers)} layers", file=sys.stderr)
+        return model
+
+    return built
+
+
 def main(argv: list[str]) -> int:
     """Run ``velobins train`` on the arguments this script does not know, with the regularisers it does."""
     parser = argparse.ArgumentParser(
@@ -163,6 +198,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--conv-dropout", type=fraction, default=None, metavar="P", help="dropout on both convolutions' outputs"
     )
+    parser.add_argument(
+        "--attention-dropout", type=fraction, default=None, metavar="P", help="dropout on the attention weights"
+    )
     args, rest = parser.parse_known_args(argv)
     if args.weight_decay is not None:
         train_module.make_optimizer = with_weight_decay(args.weight_decay)
@@ -172,6 +210,8 @@ def main(argv: list[str]) -> int:
         train_module.build_model = with_residual_dropout(args.residual_dropout, train_module.build_model)
     if args.conv_dropout is not None:
         train_module.build_model = with_conv_dropout(args.conv_dropout, train_module.build_model)
+    if args.attention_dropout is not None:
+        train_module.build_model = with_attention_dropout(args.attention_dropout, train_module.build_model)
     from velobins_eval.cli import main as cli_main
 
     return cli_main(["train", *rest])
