@@ -1,5 +1,6 @@
 """``velobins train --members K`` (velobins_eval.cli.train_members): the default recipe's two members in one
-command, what a bare ``--resume`` continues, and what runs one network instead (torchrun, the baselines)."""
+command, what a bare ``--resume`` continues, what runs one network instead (torchrun, the baselines), and members
+that validate on flights of their own (``--member-folds``)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 from velobins_common.errors import OptionError
 from velobins_eval.cli import main
 from velobins_eval.cli.train import parse_train_args
-from velobins_eval.cli.train_members import settle_members
+from velobins_eval.cli.train_members import settle_member_folds, settle_members
 from velobins_net.checkpoint import read_checkpoint
 
 DEMO = Path(__file__).resolve().parents[1] / "velobins_eval" / "demo_data" / "nanobench"
@@ -104,3 +105,28 @@ def test_members_train_an_ensemble_in_one_command(tmp_path, capsys):
     assert not any(elsewhere.iterdir()) and not (linked / "best.pt").exists()
     assert main(["train", *tiny, "--members", "2", "--out", str(out)]) == 2  # a run is there: never overwritten
     assert "already holds a train run" in capsys.readouterr().err
+
+
+def test_member_folds_give_each_member_its_own_validation_flights_or_exit_2_in_one_line(tmp_path, capsys):
+    """``--member-folds``: member 1 validates on the flight member 0 trains on, and the other way round (the demo's
+    two flights); with ``--val`` or ``--val-split tails`` the option given is refused and the recipe's gives way; more
+    members than blocks of flights is one line, exit 2, before anything is written."""
+    out = tmp_path / "run"
+    tiny = [*BASE, "--bins", "32", "--epochs", "1", "--stride", "50", "--threads", "1", "--no-progress"]
+    assert main(["train", *tiny, "--member-folds", "--no-tensorboard", "--out", str(out)]) == 0
+    assert "2 members each validating on flights of its own) ->" in capsys.readouterr().out
+    data = [read_checkpoint(out / f"member_{i}" / "best.pt")["data"] for i in (0, 1)]
+    assert [[f["name"] for f in d["val"]] for d in data] == [[f["name"] for f in d["train"]] for d in data[::-1]]
+    for argv, message in (
+        (["--val", str(DEMO)], "--member-folds: needs its validation flights held out of --data, not --val"),
+        (["--val-split", "tails"], "not --val-split tails"),
+        (["--members", "3"], "--member-folds: 3 members that each validate on 1 flight(s) of their own need at least"),
+    ):
+        assert main(["train", *tiny, "--member-folds", *argv, "--out", str(tmp_path / "other")]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and message in err[0], err
+        assert not (tmp_path / "other").exists()
+    args = parse_train_args([*BASE, "--out", str(out), "--val-split", "tails"])
+    args.member_folds = True  # as a recipe that sets it would
+    settle_member_folds(args)
+    assert not args.member_folds and "members share the validation set of --val-split tails" in capsys.readouterr().out

@@ -4,6 +4,8 @@ member, and one planned otherwise is refused by name."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 from synthetic import make_flight
@@ -13,7 +15,14 @@ from velobins_net.config import MAX_MEMBERS, ModelConfig
 from velobins_net.ensemble import EnsembleNet
 from velobins_net.inference import load_checkpoint
 from velobins_net.train import TrainConfig, train
-from velobins_net.train_ensemble import member_config, member_dir, members_in, train_ensemble
+from velobins_net.train_ensemble import (
+    fold_splits,
+    member_config,
+    member_dir,
+    members_in,
+    shared_velocity_range,
+    train_ensemble,
+)
 
 torch.set_num_threads(1)
 TINY = ModelConfig(num_bins=32)
@@ -101,3 +110,39 @@ def test_a_resumed_ensemble_continues_every_member_and_refuses_another_plan(tmp_
     assert read_checkpoint(out / "best.pt")[MEMBERS_KEY][0]["source"] == str(out / "member_0" / "best.pt")
     with pytest.raises(CheckpointError, match=r"member_0/last.pt.*seed is 0, this run's would be 5"):
         train_ensemble(_cfg(members=2, epochs=3, seed=5), *flights, out, resume=True)
+
+
+def test_fold_splits_give_each_member_a_block_of_its_own_and_member_0_the_runs_split():
+    assert fold_splits(list("abcdefg"), ["h"], 2) == [(list("abcdefg"), ["h"]), (list("abcdefh"), ["g"])]
+    three = fold_splits(list("abcd"), list("ef"), 3)
+    assert [val for _, val in three] == [list("ef"), list("cd"), list("ab")]  # every flight validates one member
+    assert all(sorted(train + val) == list("abcdef") and not set(train) & set(val) for train, val in three)
+    for train_seqs, val_seqs, members, message in (
+        (list("abcd"), list("ef"), 4, "validate on 2 flight(s) of their own need at least 8 flights, got 6"),
+        (list("ab"), [], 2, "on 0 flight(s)"),
+        ([], ["a"], 1, "need at least 2 flights, got 1"),
+    ):
+        with pytest.raises(ValueError, match=re.escape(message)):
+            fold_splits(train_seqs, val_seqs, members)
+
+
+def test_member_folds_train_each_member_on_its_own_split_in_one_velocity_range(tmp_path):
+    """Member i is the run of its seed on its fold, bit for bit, in the range measured on all the flights; the
+    ensemble's flights are the union of its members', so ``calibrate`` refuses every one of them."""
+    fast, slow, third = make_flight(1, duration=6.0), make_flight(2, duration=4.0), make_flight(3, duration=3.0)
+    cfg = _cfg(members=2, member_folds=True)
+    result = train_ensemble(cfg, [fast, slow], [third], tmp_path / "ens")
+    r = shared_velocity_range(cfg, [fast, slow, third])
+    assert shared_velocity_range(_cfg(velocity_range=2.5), [fast]) == 2.5
+    members = [read_checkpoint(member_dir(tmp_path / "ens", i) / "best.pt") for i in (0, 1)]
+    assert [m["model_config"]["velocity_range"] for m in members] == [r, r]
+    assert [[f["name"] for f in m["data"]["val"]] for m in members] == [[third.name], [slow.name]]
+    alone = train(_cfg(seed=1, velocity_range=r), [fast, third], [slow], tmp_path / "alone")
+    for key, value in read_checkpoint(alone.best_path)["model_state"].items():
+        torch.testing.assert_close(members[1]["model_state"][key], value, rtol=0, atol=0)
+    ens = read_checkpoint(result.best_path)
+    assert {f["name"] for f in ens["data"]["train"]} == {fast.name, slow.name, third.name}
+    assert isinstance(load_checkpoint(result.best_path), EnsembleNet)
+    with pytest.raises(ValueError, match="3 members that each validate on 1 flight"):
+        train_ensemble(_cfg(members=3, member_folds=True), [fast], [third], tmp_path / "three")
+    assert not (tmp_path / "three").exists()

@@ -42,6 +42,7 @@ _PAPER: dict[str, Any] = {
     "rotate_windows": False,
     "best_metric": "nll",
     "members": 1,
+    "member_folds": False,
 }
 
 RECIPES: dict[str, dict[str, Any]] = {

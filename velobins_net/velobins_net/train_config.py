@@ -72,6 +72,10 @@ class TrainConfig:
         members: networks to train, one after another, with seeds seed, seed+1, …, each on time_budget / members
             (or all the epochs without a budget), mixed into one ensemble checkpoint whose disagreement the
             filter can weigh (:mod:`velobins_net.train_ensemble`; 1 = one network).
+        member_folds: members validate on their own flights (k-fold by flight): member i holds out the i-th block
+            of the run's validation size from the end of its flights and trains on the others, so every flight
+            trains a member and checkpoint selection does not hinge on one block (False: every member validates
+            on the run's split; no effect with one member).
     """
 
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -107,6 +111,7 @@ class TrainConfig:
     augment: Augmentation = field(default_factory=Augmentation)
     budget_clock: str = param("wall", choices=tuple(BUDGET_CLOCKS))
     members: int = 1
+    member_folds: bool = False
 
     def __post_init__(self) -> None:
         variant = parse_variant(self.variant)

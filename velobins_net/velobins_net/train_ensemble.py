@@ -7,6 +7,11 @@ has a ``best.pt``, their best checkpoints are combined by :func:`~velobins_net.e
 found two half-budget G+H^B members, with the filter weighing their disagreement, ahead of one network of the
 whole budget on accuracy and consistency (``docs/results/recipe_platforms/README.md``, item 27).
 
+With ``TrainConfig.member_folds`` each member validates on its own block of flights (:func:`fold_splits`): the
+ensemble then trains on every flight, and its members' checkpoints are picked on different flights. The study found
+this ahead of members that share one validation flight on 8 NanoBench flights (item 36). The members then share a
+velocity range measured on all the flights, as bins of one grid must.
+
 The members run one after another in this process: each gets the whole machine, and a budget on the CPU clock
 stays a budget on this process's CPU seconds. A resumed ensemble continues each member from its ``last.pt``
 (a finished member returns at once) and starts the members that never began.
@@ -19,9 +24,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from .bins import velocity_range_from
 from .checkpoint import CheckpointError, read_checkpoint, save_checkpoint
+from .data import WindowDataset
 from .ensemble import ensemble_checkpoint
-from .train import TrainConfig, TrainResult, train
+from .train import TrainConfig, TrainResult, resolve_model_config, train
+from .variants import parse_variant
 
 MEMBER_DIR = "member_{}"
 """Folder of member ``i`` inside the ensemble's output directory."""
@@ -56,6 +64,39 @@ def member_config(cfg: TrainConfig, index: int, resume: str | None = None) -> Tr
         raise ValueError(f"member index {index} outside the ensemble's {cfg.members} members")
     budget = cfg.time_budget / cfg.members if cfg.time_budget is not None else None
     return dataclasses.replace(cfg, members=1, seed=cfg.seed + index, time_budget=budget, resume=resume)
+
+
+def fold_splits(train_seqs: Sequence, val_seqs: Sequence, members: int) -> list[tuple[list, list]]:
+    """Each member's (train, validation) flights when each validates on its own block (``TrainConfig.member_folds``).
+
+    The run's split holds out its last ``len(val_seqs)`` flights. Member ``i`` holds out the ``i``-th block of that
+    many from the end of ``train_seqs + val_seqs`` and trains on the rest: member 0 keeps the run's split, the
+    blocks do not overlap, and every flight trains every member but the one that validates on it.
+
+    Raises:
+        ValueError: no validation flight, or fewer flights than ``members`` blocks.
+    """
+    flights = [*train_seqs, *val_seqs]
+    size = len(val_seqs)
+    if size == 0 or members * size > len(flights) or size >= len(flights):
+        raise ValueError(
+            f"{members} members that each validate on {size} flight(s) of their own need at least "
+            f"{max(members * size, size + 1)} flights, got {len(flights)}"
+        )
+    end = len(flights)
+    return [
+        (flights[: end - (i + 1) * size] + flights[end - i * size :], flights[end - (i + 1) * size : end - i * size])
+        for i in range(members)
+    ]
+
+
+def shared_velocity_range(cfg: TrainConfig, flights: Sequence) -> float:
+    """The velocity range members on different flights share: ``cfg.velocity_range``, or the range the training of
+    one network on all ``flights`` would measure (:func:`~velobins_net.bins.velocity_range_from` on every sample)."""
+    if cfg.velocity_range is not None:
+        return cfg.velocity_range
+    base = resolve_model_config(cfg, parse_variant(cfg.variant), cfg.model.velocity_range)
+    return velocity_range_from([WindowDataset(flights, base).targets.numpy()])
 
 
 def _member_resume(cfg: TrainConfig, path: Path) -> str:
@@ -93,17 +134,22 @@ def train_ensemble(
         on_member: called after each member with its index, its config and its result.
 
     Raises:
-        ValueError: ``cfg.members`` below 2, or ``cfg.resume`` set (an ensemble resumes by member).
+        ValueError: ``cfg.members`` below 2, ``cfg.resume`` set (an ensemble resumes by member), or too few flights
+            for ``cfg.member_folds`` (:func:`fold_splits`).
         CheckpointError: a member's ``last.pt`` planned with another seed or budget.
     """
     if cfg.members < 2:
         raise ValueError(f"an ensemble needs TrainConfig.members >= 2, got {cfg.members}; train() trains one network")
     if cfg.resume is not None:
         raise ValueError("TrainConfig.resume names one network's checkpoint; resume an ensemble with resume=True")
+    splits = [(list(train_seqs), list(val_seqs))] * cfg.members
+    if cfg.member_folds:
+        splits = fold_splits(train_seqs, val_seqs, cfg.members)
+        cfg = dataclasses.replace(cfg, velocity_range=shared_velocity_range(cfg, [*train_seqs, *val_seqs]))
     out_dir = Path(out_dir)
     final = Path(final_dir) if final_dir is not None else out_dir
     results: list[TrainResult] = []
-    for i in range(cfg.members):
+    for i, (member_train, member_val) in enumerate(splits):
         where = member_dir(out_dir, i)
         last = where / "last.pt"
         member = member_config(cfg, i)
@@ -111,7 +157,7 @@ def train_ensemble(
             member = dataclasses.replace(member, resume=_member_resume(member, last))
         if on_start is not None:
             on_start(i, member)
-        result = train(member, train_seqs, val_seqs, where)
+        result = train(member, member_train, member_val, where)
         results.append(result)
         if on_member is not None:
             on_member(i, member, result)

@@ -34,7 +34,7 @@ from velobins_data.dataset_kinds import KINDS
 from velobins_net.config import BASELINE_METHODS
 
 from .options import add_allow_option, given_options
-from .train_members import run_members, settle_members
+from .train_members import check_member_folds, run_members, settle_member_folds, settle_members
 from .train_report import report
 
 TRAIN_FIELDS = (
@@ -63,6 +63,7 @@ TRAIN_FIELDS = (
     "init_from",
     "tensorboard",
     "members",
+    "member_folds",
 )
 """TrainConfig fields that are options of ``velobins train`` (defaults and help from the dataclass)."""
 
@@ -324,6 +325,7 @@ def main_train(argv: list[str] | None = None) -> int:
         raise OptionError("--threads", f"must be >= 1, got {args.threads}")
     check_method_options(parse_cli_variant(args.variant, args.uncertainty, args.method), args.method, args.given)
     settle_members(args)
+    settle_member_folds(args)
     with _lock_output(args) as run:
         return _run(args, run)
 
@@ -394,6 +396,9 @@ def _run(args: argparse.Namespace, run=None) -> int:
     budget = f", budget {cfg.time_budget:g} min" if cfg.time_budget else ""
     floor = f", label floor {cfg.label_floor}" if variant.uses_kl and cfg.label_floor != "none" else ""
     members = f", {cfg.members} members" if cfg.members > 1 else ""
+    if cfg.members > 1 and cfg.member_folds:
+        check_member_folds(train_seqs, val_seqs, cfg.members)
+        members += " each validating on flights of its own"
     print(
         f"training {cfg.variant} on {len(train_seqs)} flights, validating on {len(val_seqs)} "
         f"(recipe {args.recipe}{floor}{budget}{members}) -> {args.out}"

@@ -2,6 +2,7 @@
 
 The recipe ``own-vehicle`` sets ``--members 2``; where the command line did not, :func:`settle_members` makes a
 bare ``--resume`` continue what ``--out`` holds and trains one network under torchrun and for the baselines.
+:func:`settle_member_folds` decides whether each member validates on flights of its own (``--member-folds``).
 :func:`run_members` trains the members (:mod:`velobins_net.train_ensemble`) and writes their ensemble.
 """
 
@@ -40,6 +41,29 @@ def settle_members(args: argparse.Namespace) -> None:
     elif args.members > 1 and distributed:
         print(f"velobins train: torchrun trains one network, not the recipe's {args.members} members (--members 1)")
         args.members = 1
+
+
+def settle_member_folds(args: argparse.Namespace) -> None:
+    """``--member-folds`` needs the validation flights held out of ``--data`` (``--val-split flights``): with
+    ``--val`` or ``--val-split tails`` the members share that validation set, and the option given explicitly is
+    refused, while the recipe's value gives way."""
+    if not args.member_folds or args.members < 2 or (args.val is None and args.val_split == "flights"):
+        return
+    where = "--val" if args.val is not None else "--val-split tails"
+    if "member_folds" in args.given:
+        raise OptionError("--member-folds", f"needs its validation flights held out of --data, not {where}")
+    args.member_folds = False
+    print(f"velobins train: the members share the validation set of {where} (--member-folds needs --val-split flights)")
+
+
+def check_member_folds(train_seqs: list, val_seqs: list, members: int) -> None:
+    """Refuse, as an option error, a ``--member-folds`` split that leaves some member no block of its own."""
+    from velobins_net.train_ensemble import fold_splits
+
+    try:
+        fold_splits(train_seqs, val_seqs, members)
+    except ValueError as exc:
+        raise OptionError("--member-folds", f"{exc} (fewer --members, or a smaller --val-fraction)") from None
 
 
 def run_members(args: argparse.Namespace, cfg, train_seqs: list, val_seqs: list, run) -> int:
