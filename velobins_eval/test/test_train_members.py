@@ -11,7 +11,7 @@ import pytest
 from velobins_common.errors import OptionError
 from velobins_eval.cli import main
 from velobins_eval.cli.train import parse_train_args
-from velobins_eval.cli.train_members import settle_member_folds, settle_members
+from velobins_eval.cli.train_members import check_member_folds, settle_member_folds, settle_members
 from velobins_net.checkpoint import read_checkpoint
 
 DEMO = Path(__file__).resolve().parents[1] / "velobins_eval" / "demo_data" / "nanobench"
@@ -110,7 +110,8 @@ def test_members_train_an_ensemble_in_one_command(tmp_path, capsys):
 def test_member_folds_give_each_member_its_own_validation_flights_or_exit_2_in_one_line(tmp_path, capsys):
     """``--member-folds``: member 1 validates on the flight member 0 trains on, and the other way round (the demo's
     two flights); with ``--val`` or ``--val-split tails`` the option given is refused and the recipe's gives way; more
-    members than blocks of flights is one line, exit 2, before anything is written."""
+    members than blocks of flights is one line, exit 2, before anything is written, where the option was given, and
+    members that share the run's split where the recipe set it."""
     out = tmp_path / "run"
     tiny = [*BASE, "--bins", "32", "--epochs", "1", "--stride", "50", "--threads", "1", "--no-progress"]
     assert main(["train", *tiny, "--member-folds", "--no-tensorboard", "--out", str(out)]) == 0
@@ -130,3 +131,6 @@ def test_member_folds_give_each_member_its_own_validation_flights_or_exit_2_in_o
     args.member_folds = True  # as a recipe that sets it would
     settle_member_folds(args)
     assert not args.member_folds and "members share the validation set of --val-split tails" in capsys.readouterr().out
+    args = parse_train_args([*BASE, "--out", str(out), "--members", "3"])
+    assert not check_member_folds(args, ["a"], ["b"], 3)  # the recipe's folds give way to too few flights
+    assert "members share the validation flights: 3 members that each validate" in capsys.readouterr().out

@@ -110,6 +110,8 @@ def test_a_resumed_ensemble_continues_every_member_and_refuses_another_plan(tmp_
     assert read_checkpoint(out / "best.pt")[MEMBERS_KEY][0]["source"] == str(out / "member_0" / "best.pt")
     with pytest.raises(CheckpointError, match=r"member_0/last.pt.*seed is 0, this run's would be 5"):
         train_ensemble(_cfg(members=2, epochs=3, seed=5), *flights, out, resume=True)
+    with pytest.raises(CheckpointError, match=r"member_folds is False, this run's would be True"):
+        train_ensemble(_cfg(members=2, epochs=3, member_folds=True), *flights, out, resume=True)  # other flights
 
 
 def test_fold_splits_give_each_member_a_block_of_its_own_and_member_0_the_runs_split():

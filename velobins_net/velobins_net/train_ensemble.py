@@ -101,14 +101,15 @@ def shared_velocity_range(cfg: TrainConfig, flights: Sequence) -> float:
 
 def _member_resume(cfg: TrainConfig, path: Path) -> str:
     """``path`` (a member's ``last.pt``) as the member's resume point, refused when it was planned otherwise."""
-    before = read_checkpoint(path).get("train_config", {})
-    for name in ("seed", "time_budget"):
+    before = dict(read_checkpoint(path).get("train_config", {}))
+    before.setdefault("member_folds", False)  # written before members could validate on flights of their own
+    for name in ("seed", "time_budget", "member_folds"):
         if name in before and before[name] != getattr(cfg, name):
             raise CheckpointError(
                 path,
                 f"cannot resume this member: its {name} is {before[name]!r}, this run's would be "
-                f"{getattr(cfg, name)!r} (resume with the --seed, --time-budget and --members the ensemble "
-                "started with)",
+                f"{getattr(cfg, name)!r} (resume with the --seed, --time-budget, --members and --member-folds "
+                "the ensemble started with)",
             )
     return str(path)
 

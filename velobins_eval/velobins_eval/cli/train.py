@@ -379,6 +379,8 @@ def _run(args: argparse.Namespace, run=None) -> int:
     notes = (f"; skipped {len(skipped)} unusable flight(s)" if skipped else "") + (
         f"; plausibility checks allowed: {', '.join(args.allow)}" if args.allow else ""
     )
+    if args.member_folds and args.members > 1:
+        args.member_folds = check_member_folds(args, train_seqs, val_seqs, args.members)
     try:  # a value the dataclass refuses came from an option
         cfg = TrainConfig(
             model=model,
@@ -397,7 +399,6 @@ def _run(args: argparse.Namespace, run=None) -> int:
     floor = f", label floor {cfg.label_floor}" if variant.uses_kl and cfg.label_floor != "none" else ""
     members = f", {cfg.members} members" if cfg.members > 1 else ""
     if cfg.members > 1 and cfg.member_folds:
-        check_member_folds(train_seqs, val_seqs, cfg.members)
         members += " each validating on flights of its own"
     print(
         f"training {cfg.variant} on {len(train_seqs)} flights, validating on {len(val_seqs)} "

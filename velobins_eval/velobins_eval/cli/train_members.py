@@ -56,14 +56,20 @@ def settle_member_folds(args: argparse.Namespace) -> None:
     print(f"velobins train: the members share the validation set of {where} (--member-folds needs --val-split flights)")
 
 
-def check_member_folds(train_seqs: list, val_seqs: list, members: int) -> None:
-    """Refuse, as an option error, a ``--member-folds`` split that leaves some member no block of its own."""
+def check_member_folds(args: argparse.Namespace, train_seqs: list, val_seqs: list, members: int) -> bool:
+    """Whether the members can each validate on a block of flights of their own (``--member-folds``): too few
+    flights for ``members`` blocks is an option error where the option was given, and where the recipe set it the
+    members share the run's split (said in one line)."""
     from velobins_net.train_ensemble import fold_splits
 
     try:
         fold_splits(train_seqs, val_seqs, members)
     except ValueError as exc:
-        raise OptionError("--member-folds", f"{exc} (fewer --members, or a smaller --val-fraction)") from None
+        if "member_folds" in args.given:
+            raise OptionError("--member-folds", f"{exc} (fewer --members, or a smaller --val-fraction)") from None
+        print(f"velobins train: the members share the validation flights: {exc}")
+        return False
+    return True
 
 
 def run_members(args: argparse.Namespace, cfg, train_seqs: list, val_seqs: list, run) -> int:
