@@ -62,7 +62,8 @@ def test_members_train_an_ensemble_in_one_command(tmp_path, capsys):
     capsys.readouterr()
     assert main(["train", *tiny, "--overwrite", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert "2 members) ->" in printed and "member 1/2: seed 0" in printed and "member 2/2: seed 1" in printed
+    assert "2 members each validating on flights of its own) ->" in printed and "member 1/2: seed 0" in printed
+    assert "member 2/2: seed 1" in printed
     assert f"ensemble of 2 members -> {out / 'best.pt'}" in printed
     assert f"-> {out / 'member_1' / 'best.pt'}" in printed  # the final place, not the staging folder
     ck = read_checkpoint(out / "best.pt")
