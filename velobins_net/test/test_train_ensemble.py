@@ -121,7 +121,7 @@ def test_fold_splits_give_each_member_a_block_of_its_own_and_member_0_the_runs_s
     assert all(sorted(train + val) == list("abcdef") and not set(train) & set(val) for train, val in three)
     for train_seqs, val_seqs, members, message in (
         (list("abcd"), list("ef"), 4, "validate on 2 flight(s) of their own need at least 8 flights, got 6"),
-        (list("ab"), [], 2, "on 0 flight(s)"),
+        (list("ab"), [], 2, "need the run's validation flights, got none"),
         ([], ["a"], 1, "need at least 2 flights, got 1"),
     ):
         with pytest.raises(ValueError, match=re.escape(message)):

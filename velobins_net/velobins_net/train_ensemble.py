@@ -79,7 +79,9 @@ def fold_splits(train_seqs: Sequence, val_seqs: Sequence, members: int) -> list[
     """
     flights = [*train_seqs, *val_seqs]
     size = len(val_seqs)
-    if size == 0 or members * size > len(flights) or size >= len(flights):
+    if size == 0:
+        raise ValueError("members that validate on flights of their own need the run's validation flights, got none")
+    if members * size > len(flights) or size >= len(flights):
         raise ValueError(
             f"{members} members that each validate on {size} flight(s) of their own need at least "
             f"{max(members * size, size + 1)} flights, got {len(flights)}"
