@@ -112,7 +112,7 @@ def _member_resume(cfg: TrainConfig, path: Path) -> str:
                 path,
                 f"cannot resume this member: its {name} is {before[name]!r}, this run's would be "
                 f"{getattr(cfg, name)!r} (resume with the --seed, --time-budget, --members and --member-folds "
-                "the ensemble started with)",
+                "or --no-member-folds the ensemble started with)",
             )
     return str(path)
 
