@@ -2,9 +2,9 @@
 
 Member ``i`` is an ordinary :func:`~velobins_net.train.train` run in ``<out>/member_<i>`` with seed ``seed + i``
 and ``time_budget / members`` minutes (all the epochs without a budget), on the run's flights (split per member
-with ``member_folds``, below). Once every member
-has a ``best.pt``, their best checkpoints are combined by :func:`~velobins_net.ensemble.ensemble_checkpoint` into
-``<out>/best.pt``, which every command and the network node load as one model. The small-data study of issue 28
+with ``member_folds``, below). Once every member has a ``best.pt``, their best checkpoints are combined by
+:func:`~velobins_net.ensemble.ensemble_checkpoint` into ``<out>/best.pt``, which every command and the network
+node load as one model. The small-data study of issue 28
 found two half-budget G+H^B members, with the filter weighing their disagreement, ahead of one network of the
 whole budget on accuracy and consistency (``docs/results/recipe_platforms/README.md``, item 27).
 
