@@ -14,13 +14,12 @@ from velobins_net.checkpoint import MEMBERS_KEY, CheckpointError, read_checkpoin
 from velobins_net.config import MAX_MEMBERS, ModelConfig
 from velobins_net.ensemble import EnsembleNet
 from velobins_net.inference import load_checkpoint
-from velobins_net.train import TrainConfig, train
+from velobins_net.train import TrainConfig, run_velocity_range, train
 from velobins_net.train_ensemble import (
     fold_splits,
     member_config,
     member_dir,
     members_in,
-    shared_velocity_range,
     train_ensemble,
 )
 
@@ -134,8 +133,9 @@ def test_member_folds_train_each_member_on_its_own_split_in_one_velocity_range(t
     fast, slow, third = make_flight(1, duration=6.0), make_flight(2, duration=4.0), make_flight(3, duration=3.0)
     cfg = _cfg(members=2, member_folds=True)
     result = train_ensemble(cfg, [fast, slow], [third], tmp_path / "ens")
-    r = shared_velocity_range(cfg, [fast, slow, third])
-    assert shared_velocity_range(_cfg(velocity_range=2.5), [fast]) == 2.5
+    r = run_velocity_range(cfg, [fast, slow, third])
+    assert run_velocity_range(_cfg(velocity_range=2.5), [fast]) == 2.5
+    assert run_velocity_range(_cfg(velocity_range=0.0), [fast, slow, third]) == r  # 0 is measured, as train() does
     members = [read_checkpoint(member_dir(tmp_path / "ens", i) / "best.pt") for i in (0, 1)]
     assert [m["model_config"]["velocity_range"] for m in members] == [r, r]
     assert [[f["name"] for f in m["data"]["val"]] for m in members] == [[third.name], [slow.name]]

@@ -124,6 +124,18 @@ def resolve_model_config(cfg: TrainConfig, variant: Variant, velocity_range: flo
     )
 
 
+def run_velocity_range(cfg: TrainConfig, flights: Seq[Flight], data: WindowDataset | None = None) -> float:
+    """The velocity range R of a run on ``flights``: ``cfg.velocity_range`` where set (None or 0: measured), else
+    RANGE_MARGIN × the fastest body velocity of their samples (:func:`~velobins_net.bins.velocity_range_from`).
+    ``data`` is their :class:`~velobins_net.data.WindowDataset` where the caller has one; ensemble members on
+    different flights share the range of all of them (:mod:`velobins_net.train_ensemble`)."""
+    if cfg.velocity_range:
+        return cfg.velocity_range
+    if data is None:
+        data = WindowDataset(flights, resolve_model_config(cfg, parse_variant(cfg.variant), cfg.model.velocity_range))
+    return velocity_range_from([data.targets.numpy()])
+
+
 def seed_everything(seed: int) -> None:
     """Seed the python and torch RNGs (the package draws no numpy random numbers)."""
     random.seed(seed)
@@ -206,8 +218,7 @@ def _train(
     base = resolve_model_config(cfg, variant, cfg.model.velocity_range)  # window and rotor layout for the data
     train_ds = WindowDataset(train_seqs, base, 1 if cfg.rotate_windows else cfg.stride)
     val_ds = WindowDataset(val_seqs, base, cfg.val_stride)
-    r = cfg.velocity_range or velocity_range_from([train_ds.targets.numpy()])
-    mcfg = resolve_model_config(cfg, variant, r)
+    mcfg = resolve_model_config(cfg, variant, run_velocity_range(cfg, train_seqs, train_ds))
     grid = BinGrid(mcfg.num_bins, mcfg.velocity_range)
     norm = fit_normalization(train_ds.inputs, mcfg.rotor_kind, mcfg.sensor_channels)
 

@@ -26,12 +26,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .bins import velocity_range_from
 from .checkpoint import CheckpointError, read_checkpoint, save_checkpoint
-from .data import WindowDataset
 from .ensemble import ensemble_checkpoint
-from .train import TrainConfig, TrainResult, resolve_model_config, train
-from .variants import parse_variant
+from .train import TrainConfig, TrainResult, run_velocity_range, train
 
 MEMBER_DIR = "member_{}"
 """Folder of member ``i`` inside the ensemble's output directory."""
@@ -94,15 +91,6 @@ def fold_splits(train_seqs: Sequence, val_seqs: Sequence, members: int) -> list[
     ]
 
 
-def shared_velocity_range(cfg: TrainConfig, flights: Sequence) -> float:
-    """The velocity range members on different flights share: ``cfg.velocity_range``, or the range the training of
-    one network on all ``flights`` would measure (:func:`~velobins_net.bins.velocity_range_from` on every sample)."""
-    if cfg.velocity_range is not None:
-        return cfg.velocity_range
-    base = resolve_model_config(cfg, parse_variant(cfg.variant), cfg.model.velocity_range)
-    return velocity_range_from([WindowDataset(flights, base).targets.numpy()])
-
-
 def _member_resume(cfg: TrainConfig, path: Path) -> str:
     """``path`` (a member's ``last.pt``) as the member's resume point, refused when it was planned otherwise."""
     before = dict(read_checkpoint(path).get("train_config", {}))
@@ -150,7 +138,7 @@ def train_ensemble(
     splits = [(list(train_seqs), list(val_seqs))] * cfg.members
     if cfg.member_folds:
         splits = fold_splits(train_seqs, val_seqs, cfg.members)
-        cfg = dataclasses.replace(cfg, velocity_range=shared_velocity_range(cfg, [*train_seqs, *val_seqs]))
+        cfg = dataclasses.replace(cfg, velocity_range=run_velocity_range(cfg, [*train_seqs, *val_seqs]))
     out_dir = Path(out_dir)
     final = Path(final_dir) if final_dir is not None else out_dir
     results: list[TrainResult] = []
