@@ -133,5 +133,5 @@ def test_member_folds_give_each_member_its_own_validation_flights_or_exit_2_in_o
     settle_member_folds(args)
     assert not args.member_folds and "members share the validation set of --val-split tails" in capsys.readouterr().out
     args = parse_train_args([*BASE, "--out", str(out), "--members", "3"])
-    assert not check_member_folds(args, ["a"], ["b"], 3)  # the recipe's folds give way to too few flights
+    assert not check_member_folds(args, ["a"], ["b"])  # the recipe's folds give way to too few flights
     assert "members share the validation flights: 3 members that each validate" in capsys.readouterr().out

@@ -381,7 +381,7 @@ def _run(args: argparse.Namespace, run=None) -> int:
         f"; plausibility checks allowed: {', '.join(args.allow)}" if args.allow else ""
     )
     if args.member_folds and args.members > 1:
-        args.member_folds = check_member_folds(args, train_seqs, val_seqs, args.members)
+        args.member_folds = check_member_folds(args, train_seqs, val_seqs)
     try:  # a value the dataclass refuses came from an option
         cfg = TrainConfig(
             model=model,

@@ -56,14 +56,14 @@ def settle_member_folds(args: argparse.Namespace) -> None:
     print(f"velobins train: the members share the validation set of {where} (--member-folds needs --val-split flights)")
 
 
-def check_member_folds(args: argparse.Namespace, train_seqs: list, val_seqs: list, members: int) -> bool:
-    """Whether the members can each validate on a block of flights of their own (``--member-folds``): too few
-    flights for ``members`` blocks is an option error where the option was given, and where the recipe set it the
+def check_member_folds(args: argparse.Namespace, train_seqs: list, val_seqs: list) -> bool:
+    """Whether the ``--members`` can each validate on a block of flights of their own (``--member-folds``): too few
+    flights for one block each is an option error where the option was given, and where the recipe set it the
     members share the run's split (said in one line)."""
     from velobins_net.train_ensemble import fold_splits
 
     try:
-        fold_splits(train_seqs, val_seqs, members)
+        fold_splits(train_seqs, val_seqs, args.members)
     except ValueError as exc:
         if "member_folds" in args.given:
             raise OptionError("--member-folds", f"{exc} (fewer --members, or a smaller --val-fraction)") from None
