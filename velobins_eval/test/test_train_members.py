@@ -11,7 +11,7 @@ import pytest
 from velobins_common.errors import OptionError
 from velobins_eval.cli import main
 from velobins_eval.cli.train import parse_train_args
-from velobins_eval.cli.train_members import check_member_folds, settle_member_folds, settle_members
+from velobins_eval.cli.train_members import settle_members
 from velobins_net.checkpoint import read_checkpoint
 
 DEMO = Path(__file__).resolve().parents[1] / "velobins_eval" / "demo_data" / "nanobench"
@@ -62,13 +62,15 @@ def test_members_train_an_ensemble_in_one_command(tmp_path, capsys):
     capsys.readouterr()
     assert main(["train", *tiny, "--overwrite", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert "2 members each validating on flights of its own) ->" in printed and "member 1/2: seed 0" in printed
+    assert "label floor val, 2 members) ->" in printed and "member 1/2: seed 0" in printed
     assert "member 2/2: seed 1" in printed
     assert f"ensemble of 2 members -> {out / 'best.pt'}" in printed
     assert f"-> {out / 'member_1' / 'best.pt'}" in printed  # the final place, not the staging folder
     ck = read_checkpoint(out / "best.pt")
     assert [m["source"] for m in ck[MEMBERS_KEY]] == [str(out / f"member_{i}" / "best.pt") for i in (0, 1)]
     assert [read_checkpoint(out / f"member_{i}" / "best.pt")["train_config"]["seed"] for i in (0, 1)] == [0, 1]
+    data = [read_checkpoint(out / f"member_{i}" / "best.pt")["data"] for i in (0, 1)]
+    assert data[0] == data[1]  # the recipe's members share the run's split (--member-folds is an option)
     assert isinstance(load_checkpoint(out / "best.pt"), EnsembleNet)
     assert not (out / "last.pt").exists() and not (out / "history.json").exists()  # the single run is gone
     assert {"member_0", "member_1", "best.pt"} <= set(read_manifest(out)["files"])
@@ -110,9 +112,8 @@ def test_members_train_an_ensemble_in_one_command(tmp_path, capsys):
 
 def test_member_folds_give_each_member_its_own_validation_flights_or_exit_2_in_one_line(tmp_path, capsys):
     """``--member-folds``: member 1 validates on the flight member 0 trains on, and the other way round (the demo's
-    two flights); with ``--val`` or ``--val-split tails`` the option given is refused and the recipe's gives way; more
-    members than blocks of flights is one line, exit 2, before anything is written, where the option was given, and
-    members that share the run's split where the recipe set it."""
+    two flights); with ``--val`` or ``--val-split tails``, or more members than blocks of flights, it is one line,
+    exit 2, before anything is written."""
     out = tmp_path / "run"
     tiny = [*BASE, "--bins", "32", "--epochs", "1", "--stride", "50", "--threads", "1", "--no-progress"]
     assert main(["train", *tiny, "--member-folds", "--no-tensorboard", "--out", str(out)]) == 0
@@ -128,10 +129,3 @@ def test_member_folds_give_each_member_its_own_validation_flights_or_exit_2_in_o
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and message in err[0], err
         assert not (tmp_path / "other").exists()
-    args = parse_train_args([*BASE, "--out", str(out), "--val-split", "tails"])
-    args.member_folds = True  # as a recipe that sets it would
-    settle_member_folds(args)
-    assert not args.member_folds and "members share the validation set of --val-split tails" in capsys.readouterr().out
-    args = parse_train_args([*BASE, "--out", str(out), "--members", "3"])
-    assert not check_member_folds(args, ["a"], ["b"])  # the recipe's folds give way to too few flights
-    assert "members share the validation flights: 3 members that each validate" in capsys.readouterr().out

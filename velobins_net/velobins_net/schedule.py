@@ -57,14 +57,16 @@ RECIPES: dict[str, dict[str, Any]] = {
         "rotate_windows": True,
         "best_metric": "nll+nees",
     },
-    "own-vehicle": _PAPER | {"label_floor": "val", "members": 2, "member_folds": True},
+    "own-vehicle": _PAPER | {"label_floor": "val", "members": 2},
 }
 """Named TrainConfig settings (``velobins train --recipe``); options given explicitly override them. ``paper`` is
 the paper's schedule (and TrainConfig's defaults); ``own-vehicle`` is ``paper`` with the KL labels' σ bounded by
 the validation error (``label_floor``) and two members of half the time budget each, their ensemble the model
-(``members``; the filter weighs their disagreement), each validating on flights of its own (``member_folds``),
-what the small-data study of issue 28 found best for G+H^B (``docs/results/recipe_platforms/``, items 27, 28 and
-36); ``small-data`` is the earlier NanoBench-only study's (``docs/results/recipe/``)."""
+(``members``; the filter weighs their disagreement), what the small-data study of issue 28 found best for G+H^B
+(``docs/results/recipe_platforms/``, items 27 and 28). Members that each validate on flights of their own
+(``member_folds``) are an option, not the recipe's: they won on 8 NanoBench flights and cost NEES share or network
+AVE on the other platforms (items 36 and 37). ``small-data`` is the earlier NanoBench-only study's
+(``docs/results/recipe/``)."""
 
 DEFAULT_RECIPE = "own-vehicle"
 """The recipe of ``velobins train`` without ``--recipe``, and of ``velobins calibrate --cross-fit``'s fold models: a

@@ -176,8 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="named training settings (velobins_net.schedule.RECIPES; docs/results/recipe_platforms/README.md): "
         "paper = the paper's: constant LR 3e-4, stride 1, best by NLL, one network; own-vehicle = paper with the "
         "KL labels' σ bounded below by the validation error (--label-floor val) and two members of half the budget "
-        "each (--members 2), each validating on flights of its own (--member-folds), best for G+H^B on minutes of "
-        "flights; "
+        "each (--members 2), best for G+H^B on minutes of flights; "
         "small-data = LR 1e-3 with 5%% warm-up and cosine decay, rotating stride 4, best by NLL + NEES-share term. "
         f"Options given explicitly override the recipe's values (default: {DEFAULT_RECIPE})",
     )
@@ -381,7 +380,7 @@ def _run(args: argparse.Namespace, run=None) -> int:
         f"; plausibility checks allowed: {', '.join(args.allow)}" if args.allow else ""
     )
     if args.member_folds and args.members > 1:
-        args.member_folds = check_member_folds(args, train_seqs, val_seqs)
+        check_member_folds(args, train_seqs, val_seqs)
     try:  # a value the dataclass refuses came from an option
         cfg = TrainConfig(
             model=model,

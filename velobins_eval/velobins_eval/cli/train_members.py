@@ -45,31 +45,23 @@ def settle_members(args: argparse.Namespace) -> None:
 
 def settle_member_folds(args: argparse.Namespace) -> None:
     """``--member-folds`` needs the validation flights held out of ``--data`` (``--val-split flights``): with
-    ``--val`` or ``--val-split tails`` the members share that validation set, and the option given explicitly is
-    refused, while the recipe's value gives way."""
+    ``--val`` or ``--val-split tails`` it is refused in one line. No recipe sets it (items 36 and 37 of the recipe
+    study), so the option is always the user's."""
     if not args.member_folds or args.members < 2 or (args.val is None and args.val_split == "flights"):
         return
     where = "--val" if args.val is not None else "--val-split tails"
-    if "member_folds" in args.given:
-        raise OptionError("--member-folds", f"needs its validation flights held out of --data, not {where}")
-    args.member_folds = False
-    print(f"velobins train: the members share the validation set of {where} (--member-folds needs --val-split flights)")
+    raise OptionError("--member-folds", f"needs its validation flights held out of --data, not {where}")
 
 
-def check_member_folds(args: argparse.Namespace, train_seqs: list, val_seqs: list) -> bool:
-    """Whether the ``--members`` can each validate on a block of flights of their own (``--member-folds``): too few
-    flights for one block each is an option error where the option was given, and where the recipe set it the
-    members share the run's split (said in one line)."""
+def check_member_folds(args: argparse.Namespace, train_seqs: list, val_seqs: list) -> None:
+    """Refuse ``--member-folds`` where the ``--members`` cannot each validate on a block of flights of their own
+    (:func:`~velobins_net.train_ensemble.fold_splits`), before anything is written."""
     from velobins_net.train_ensemble import fold_splits
 
     try:
         fold_splits(train_seqs, val_seqs, args.members)
     except ValueError as exc:
-        if "member_folds" in args.given:
-            raise OptionError("--member-folds", f"{exc} (fewer --members, or a smaller --val-fraction)") from None
-        print(f"velobins train: the members share the validation flights: {exc}")
-        return False
-    return True
+        raise OptionError("--member-folds", f"{exc} (fewer --members, or a smaller --val-fraction)") from None
 
 
 def run_members(args: argparse.Namespace, cfg, train_seqs: list, val_seqs: list, run) -> int:
