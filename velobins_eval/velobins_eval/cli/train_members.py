@@ -2,7 +2,8 @@
 
 The recipe ``own-vehicle`` sets ``--members 2``; where the command line did not, :func:`settle_members` makes a
 bare ``--resume`` continue what ``--out`` holds and trains one network under torchrun and for the baselines.
-:func:`settle_member_folds` decides whether each member validates on flights of its own (``--member-folds``).
+:func:`settle_member_folds` and :func:`check_member_folds` refuse ``--member-folds`` (each member validating on
+flights of its own) where the run's split leaves no blocks for it.
 :func:`run_members` trains the members (:mod:`velobins_net.train_ensemble`) and writes their ensemble.
 """
 
