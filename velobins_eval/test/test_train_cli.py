@@ -62,7 +62,7 @@ def test_fine_tune_a_shipped_model_on_real_flights(tmp_path, capsys):
     assert main(argv) == 0
     printed = capsys.readouterr().out
     assert "initialised from crazyflie (G+H^B)" in printed and "frozen:" in printed
-    assert "(recipe own-vehicle, label floor val, 2 members) ->" in printed
+    assert "(recipe own-vehicle, label floor val, 2 members) ->" in printed  # the default recipe says what it changes
     for member in (out / "member_0", out / "member_1"):  # each member fine-tuned from the shipped model
         ck = read_checkpoint(member / "best.pt")
         assert ck["init"]["source"] == "crazyflie" and ck["train_config"]["freeze"] == ("encoder",)

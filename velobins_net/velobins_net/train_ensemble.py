@@ -9,10 +9,10 @@ found two half-budget G+H^B members, with the filter weighing their disagreement
 whole budget on accuracy and consistency (``docs/results/recipe_platforms/README.md``, item 27).
 
 With ``TrainConfig.member_folds`` each member validates on its own block of flights (:func:`fold_splits`): the
-ensemble then trains on every flight, and its members' checkpoints are picked on different flights (the default
-recipe's, since the study found it ahead of members that share one validation flight on 8 NanoBench flights:
-``docs/results/recipe_platforms/README.md``, item 36). The members then share a velocity range measured on all the
-flights, as bins of one grid must.
+ensemble then trains on every flight, and its members' checkpoints are picked on different flights. The study
+found it ahead of members that share one validation flight on 8 NanoBench flights and behind them on the other
+platforms, so no recipe sets it (``docs/results/recipe_platforms/README.md``, items 36 and 37). The members then
+share a velocity range measured on all the flights, as bins of one grid must.
 
 The members run one after another in this process: each gets the whole machine, and a budget on the CPU clock
 stays a budget on this process's CPU seconds. A resumed ensemble continues each member from its ``last.pt``

@@ -379,8 +379,7 @@ def _run(args: argparse.Namespace, run=None) -> int:
     notes = (f"; skipped {len(skipped)} unusable flight(s)" if skipped else "") + (
         f"; plausibility checks allowed: {', '.join(args.allow)}" if args.allow else ""
     )
-    if args.member_folds and args.members > 1:
-        check_member_folds(args, train_seqs, val_seqs)
+    check_member_folds(args, train_seqs, val_seqs)
     try:  # a value the dataclass refuses came from an option
         cfg = TrainConfig(
             model=model,

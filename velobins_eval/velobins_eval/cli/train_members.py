@@ -59,6 +59,8 @@ def check_member_folds(args: argparse.Namespace, train_seqs: list, val_seqs: lis
     (:func:`~velobins_net.train_ensemble.fold_splits`), before anything is written."""
     from velobins_net.train_ensemble import fold_splits
 
+    if not args.member_folds or args.members < 2:
+        return
     try:
         fold_splits(train_seqs, val_seqs, args.members)
     except ValueError as exc:
