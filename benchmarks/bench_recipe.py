@@ -76,6 +76,15 @@ PLAN = (
 the last four check the default, paper, recipe at 10 minutes)."""
 
 
+def link_once(link: Path, target: Path) -> None:
+    """Make ``link`` point to ``target`` unless it exists: two studies started at once may both make it, so the
+    loser's ``FileExistsError`` is the expected outcome, not a failure."""
+    try:
+        link.symlink_to(target)
+    except FileExistsError:
+        pass
+
+
 def subset_dir(out: Path, flights: int) -> Path:
     """A folder of links to ``flights`` training flights drawn with a fixed seed (the same for every run)."""
     names = sorted(p.name.removesuffix(".csv.gz") for p in (DATA / "train").glob("*.csv.gz"))
@@ -85,9 +94,7 @@ def subset_dir(out: Path, flights: int) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     for name in chosen:
         for suffix in (".csv.gz", "_metadata.yaml"):
-            link = folder / f"{name}{suffix}"
-            if not link.exists():
-                link.symlink_to(DATA / "train" / f"{name}{suffix}")
+            link_once(folder / f"{name}{suffix}", DATA / "train" / f"{name}{suffix}")
     (folder / "flights.txt").write_text("\n".join(chosen) + "\n")
     return folder
 

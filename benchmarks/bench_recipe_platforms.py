@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_recipe import DATA, PARAMS, ROOT, run_logged, run_row, subset_dir, train_and_evaluate
+from bench_recipe import DATA, PARAMS, ROOT, link_once, run_logged, run_row, subset_dir, train_and_evaluate
 
 DOCS = ROOT / "docs" / "results" / "recipe_platforms"
 SIM_PARAMS = {"rpm": DOCS / "rpm_imu_noise.yaml", "nano": DOCS / "nano_calibrated_imu.yaml"}
@@ -143,8 +143,7 @@ def platform_data(out: Path, platform: str) -> tuple[str, Path, Path, Path]:
     for folder, part in ((train, flights[:-SIM_TEST]), (test, flights[-SIM_TEST:])):
         folder.mkdir(parents=True, exist_ok=True)
         for path in part:
-            if not (folder / path.name).exists():
-                (folder / path.name).symlink_to(path.resolve())
+            link_once(folder / path.name, path.resolve())
     return "csv", train, test, SIM_PARAMS[platform]
 
 
@@ -183,8 +182,7 @@ def link_heldout(job: Job, out: Path) -> None:
     for flight in ckpt["data"]["val"]:
         source = Path(flight["source"])
         for path in source.parent.glob(flight["name"] + "*"):  # the flight and its sidecars (metadata)
-            if not (folder / path.name).exists():
-                (folder / path.name).symlink_to(path.resolve())
+            link_once(folder / path.name, path.resolve())
     return folder
 
 
