@@ -6,7 +6,10 @@ the fallback tests still run.
 
 from __future__ import annotations
 
+import platform
 import shutil
+import subprocess
+from pathlib import Path
 
 import pytest
 import torch
@@ -46,6 +49,55 @@ def _value_and_grad(fn, qkv: torch.Tensor, heads: int, grad: torch.Tensor):
 def test_kernel_builds_and_is_used():
     assert na.kernel_status().startswith("native"), na.kernel_status()
     assert na.native_applies(_packed(2, 100, 4, 12), 4)
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return set()
+    return {flag for line in lines if line.startswith("flags") for flag in line.split(":", 1)[1].split()}
+
+
+@needs_compiler
+@pytest.mark.skipif(platform.machine() != "x86_64" or not _cpu_flags(), reason="x86-64 CPU flags are not readable")
+def test_vector_width_follows_the_cpu():
+    # 64-byte vectors without AVX-512 spill matmul's register blocks: the attention ran 5x slower than PyTorch's
+    flags = _cpu_flags()
+    expected = 64 if "avx512f" in flags else 32 if "avx" in flags else 16
+    assert na.vector_bytes() == expected, na.kernel_status()
+    assert f"{expected}-byte vectors" in na.kernel_status()
+
+
+def _build_with_width(out: Path, width: int) -> Path:
+    """The kernel source built as the machine's own build, but with ``width``-byte vectors."""
+    path = out / f"kernels_{width}.so"
+    cmd = ["g++", *na.FLAG_SETS[0], f"-DVB_VEC_BYTES={width}", "-std=c++17", "-shared", "-fPIC", "-pthread"]
+    subprocess.run([*cmd, str(na.SOURCE), "-o", str(path)], check=True, capture_output=True)
+    return path
+
+
+@needs_compiler
+def test_the_other_vector_width_computes_the_same(fresh_state, monkeypatch):
+    # the width this CPU does not build (32 where AVX-512 builds 64, 64 elsewhere) runs on other machines
+    width = 32 if na.vector_bytes() == 64 else 64
+    lib = na.open_library(_build_with_width(fresh_state, width))
+    assert lib.vb_vec_bytes() == width
+    monkeypatch.setattr(na, "_lib", lib)
+    monkeypatch.setattr(na, "_status", "native (test build)")
+    for b, t, h, e in ((3, 100, 4, 12), (2, 37, 3, 16), (4, 33, 2, 1)):
+        qkv = _packed(b, t, h, e)
+        grad = torch.randn(b, t, h * e, generator=torch.Generator().manual_seed(1))
+        out, dx = _value_and_grad(na.native_attention, qkv, h, grad)
+        ref, dref = _value_and_grad(na.reference_attention, qkv, h, grad)
+        torch.testing.assert_close(out, ref, rtol=1e-5, atol=2e-5)
+        torch.testing.assert_close(dx, dref, rtol=1e-5, atol=2e-5)
+    q, feats, centres = torch.randn(3, 32), torch.randn(32, 40), torch.linspace(-3.0, 3.0, 40)
+    got = na.bin_decode(q, feats, centres)
+    assert got is not None
+    torch.testing.assert_close(got[1], torch.softmax(q @ feats, -1) @ centres, rtol=1e-5, atol=1e-5)
+    x = torch.randn(70)
+    torch.testing.assert_close(na.gelu(x), F.gelu(x), rtol=1e-6, atol=1e-7)
 
 
 @needs_compiler

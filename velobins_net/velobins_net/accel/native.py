@@ -145,6 +145,35 @@ def build() -> Path:
     raise RuntimeError("building the native kernels failed:\n" + "\n".join(errors))
 
 
+def open_library(path: Path) -> ctypes.CDLL:
+    """Load a built kernel library and declare its entry points' argument types.
+
+    Raises:
+        OSError: the file is not a loadable library.
+        AttributeError: an entry point is missing (a library of another source).
+        RuntimeError: the library was compiled for other head dimensions than :data:`MAX_HEAD_DIM`.
+    """
+    lib = ctypes.CDLL(str(path))
+    ptr, i64 = ctypes.c_void_p, ctypes.c_int64
+    dims = [i64, i64, i64, i64, ctypes.c_double, ctypes.c_int]
+    for name in ("vb_attn_fwd_f32", "vb_attn_fwd_f64"):
+        getattr(lib, name).argtypes = [ptr, ptr, ptr, *dims]
+    for name in ("vb_attn_bwd_f32", "vb_attn_bwd_f64"):
+        getattr(lib, name).argtypes = [ptr, ptr, ptr, ptr, ptr, *dims]
+    lib.vb_bin_decode_f32.argtypes = [ptr, ptr, ptr, ptr, ptr, ptr, i64, i64, i64]
+    lib.vb_gelu_f32.argtypes = [ptr, ptr, i64]
+    lib.vb_vec_bytes.argtypes = []
+    if lib.vb_attn_max_head_dim() != MAX_HEAD_DIM:
+        raise RuntimeError("kernel library and native.py disagree on the head dimensions")
+    return lib
+
+
+def vector_bytes() -> int | None:
+    """The width of the loaded kernels' vectors (64 with AVX-512, 32 with AVX, 16 otherwise), None without them."""
+    lib = _load()
+    return None if lib is None else int(lib.vb_vec_bytes())
+
+
 def _load() -> ctypes.CDLL | None:
     """The kernel library, built on first use; None (reason logged once) when unavailable."""
     global _lib, _status
@@ -157,23 +186,13 @@ def _load() -> ctypes.CDLL | None:
             return _lib
         try:
             path = build()
-            lib = ctypes.CDLL(str(path))
-            ptr, i64 = ctypes.c_void_p, ctypes.c_int64
-            dims = [i64, i64, i64, i64, ctypes.c_double, ctypes.c_int]
-            for name in ("vb_attn_fwd_f32", "vb_attn_fwd_f64"):
-                getattr(lib, name).argtypes = [ptr, ptr, ptr, *dims]
-            for name in ("vb_attn_bwd_f32", "vb_attn_bwd_f64"):
-                getattr(lib, name).argtypes = [ptr, ptr, ptr, ptr, ptr, *dims]
-            lib.vb_bin_decode_f32.argtypes = [ptr, ptr, ptr, ptr, ptr, ptr, i64, i64, i64]
-            lib.vb_gelu_f32.argtypes = [ptr, ptr, i64]
-            if lib.vb_attn_max_head_dim() != MAX_HEAD_DIM:
-                raise RuntimeError("kernel library and native.py disagree on the head dimensions")
+            lib = open_library(path)
         except (OSError, RuntimeError, AttributeError) as exc:
             _status = f"unavailable ({exc}): PyTorch kernels"
             _LOG.warning("native kernels %s", _status)
             return None
         _lib = lib
-        _status = f"native ({path.name})"
+        _status = f"native ({path.name}, {lib.vb_vec_bytes()}-byte vectors)"
         return _lib
 
 

@@ -38,17 +38,34 @@
 
 namespace {
 
+// The vector width follows the instruction set the kernel is compiled for: 64-byte vectors
+// only where AVX-512 holds them in one register. Elsewhere GCC splits each one into several
+// narrower registers, and the 4 × 4 blocks of matmul then spill: on an AVX2 CPU (AMD Zen 3) the
+// attention ran 5× slower than PyTorch's with 64-byte vectors and 1.3× faster with 32-byte ones
+// (benchmarks/bench_net_train.py prints both kernels). VB_VEC_BYTES overrides the choice.
+#ifndef VB_VEC_BYTES
+#if defined(__AVX512F__)
+#define VB_VEC_BYTES 64
+#elif defined(__AVX__)
+#define VB_VEC_BYTES 32
+#else
+#define VB_VEC_BYTES 16
+#endif
+#endif
+constexpr int kVecBytes = VB_VEC_BYTES;
 template <typename F> struct Vec;
 template <> struct Vec<float> {
-  typedef float v __attribute__((vector_size(64)));
-  typedef int32_t vi __attribute__((vector_size(64)));
+  typedef float v __attribute__((vector_size(kVecBytes)));
+  typedef int32_t vi __attribute__((vector_size(kVecBytes)));
+  static constexpr int lanes = kVecBytes / 4;
 };
 template <> struct Vec<double> {
-  typedef double v __attribute__((vector_size(64)));
-  typedef int64_t vi __attribute__((vector_size(64)));
+  typedef double v __attribute__((vector_size(kVecBytes)));
+  typedef int64_t vi __attribute__((vector_size(kVecBytes)));
+  static constexpr int lanes = kVecBytes / 8;
 };
 
-// exp of 16 floats: Cephes' expf (range reduction by ln 2, degree-5 polynomial), max error ~2 ulp.
+// exp per float lane: Cephes' expf (range reduction by ln 2, degree-5 polynomial), max error ~2 ulp.
 inline Vec<float>::v vexp(Vec<float>::v x) {
   typedef Vec<float>::v v;
   typedef Vec<float>::vi vi;
@@ -66,51 +83,24 @@ inline Vec<float>::v vexp(Vec<float>::v x) {
   vi e = (__builtin_convertvector(fx, vi) + 127) << 23;  // 2^fx
   return y * (v)e;
 }
-// exp of 8 doubles: libm per lane (the double kernel exists for gradient checks, not for speed).
+// exp per double lane: libm (the double kernel exists for gradient checks, not for speed).
 inline Vec<double>::v vexp(Vec<double>::v x) {
-  for (int l = 0; l < 8; ++l) x[l] = std::exp(x[l]);
+  for (int l = 0; l < Vec<double>::lanes; ++l) x[l] = std::exp(x[l]);
   return x;
 }
 
-// Horizontal reductions by a log2(lanes)-step shuffle tree.
-inline float lane_sum(Vec<float>::v x) {
-  typedef Vec<float>::vi m;
-  x += __builtin_shuffle(x, m{8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7});
-  x += __builtin_shuffle(x, m{4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11});
-  x += __builtin_shuffle(x, m{2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13});
-  x += __builtin_shuffle(x, m{1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14});
+// Horizontal reductions over the lanes (once per row, not in inner loops). The sum halves the
+// vector until one lane is left (lane l plus lane l + half), so it adds in the same order at
+// every width: the 64-byte build sums as it did with its shuffle tree.
+template <typename V> inline auto lane_sum(V x) -> decltype(x[0] + 0) {
+  for (int half = int(sizeof(V) / sizeof(x[0])) / 2; half >= 1; half /= 2)
+    for (int l = 0; l < half; ++l) x[l] += x[l + half];
   return x[0];
 }
-inline float lane_max(Vec<float>::v x) {
-  typedef Vec<float>::vi m;
-  Vec<float>::v y;
-  y = __builtin_shuffle(x, m{8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7});
-  x = y > x ? y : x;
-  y = __builtin_shuffle(x, m{4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11});
-  x = y > x ? y : x;
-  y = __builtin_shuffle(x, m{2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13});
-  x = y > x ? y : x;
-  y = __builtin_shuffle(x, m{1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14});
-  x = y > x ? y : x;
-  return x[0];
-}
-inline double lane_sum(Vec<double>::v x) {
-  typedef Vec<double>::vi m;
-  x += __builtin_shuffle(x, m{4, 5, 6, 7, 0, 1, 2, 3});
-  x += __builtin_shuffle(x, m{2, 3, 0, 1, 6, 7, 4, 5});
-  x += __builtin_shuffle(x, m{1, 0, 3, 2, 5, 4, 7, 6});
-  return x[0];
-}
-inline double lane_max(Vec<double>::v x) {
-  typedef Vec<double>::vi m;
-  Vec<double>::v y;
-  y = __builtin_shuffle(x, m{4, 5, 6, 7, 0, 1, 2, 3});
-  x = y > x ? y : x;
-  y = __builtin_shuffle(x, m{2, 3, 0, 1, 6, 7, 4, 5});
-  x = y > x ? y : x;
-  y = __builtin_shuffle(x, m{1, 0, 3, 2, 5, 4, 7, 6});
-  x = y > x ? y : x;
-  return x[0];
+template <typename V> inline auto lane_max(V x) -> decltype(x[0] + 0) {
+  auto r = x[0];
+  for (int l = 1; l < int(sizeof(V) / sizeof(x[0])); ++l) r = x[l] > r ? x[l] : r;
+  return r;
 }
 
 // One (window, head) pair at a time. Work buffers hold matrices as rows of vectors: "T × Ep"
@@ -119,7 +109,7 @@ inline double lane_max(Vec<double>::v x) {
 template <typename F, int E>
 struct Attention {
   typedef typename Vec<F>::v v;
-  static constexpr int W = 64 / sizeof(F);
+  static constexpr int W = Vec<F>::lanes;
   static constexpr int64_t Ep = (E + W - 1) / W * W, ne = Ep / W;
   int64_t T, H, Tp, nb;
   F scale;
@@ -342,7 +332,7 @@ int backward(const F* qkv, const F* out, const F* dout, const F* lse, F* dqkv, i
 void bin_decode(const float* q, const float* feat_t, const float* centres, float* logits, float* v_out,
                 float* var_out, int64_t rows, int64_t D, int64_t N) {
   typedef Vec<float>::v v;
-  constexpr int W = 16;
+  constexpr int W = Vec<float>::lanes;
   const int64_t nv = N / W;  // full vectors; the remaining N % W bins take scalar code
   std::vector<float> p(N);
   for (int64_t r = 0; r < rows; ++r) {
@@ -417,7 +407,7 @@ template <typename T> inline T erfcc_exponent(T t, T z2) {
 
 void gelu(const float* x, float* y, int64_t n) {
   typedef Vec<float>::v v;
-  constexpr int W = 16;
+  constexpr int W = Vec<float>::lanes;
   const int64_t nv = n / W;
   for (int64_t k = 0; k < nv; ++k) {
     v a, z2;
@@ -442,6 +432,7 @@ int vb_gelu_f32(const float* x, float* y, int64_t n) {
   return 0;
 }
 int vb_attn_max_head_dim() { return 16; }
+int vb_vec_bytes() { return kVecBytes; }
 int vb_bin_decode_f32(const float* q, const float* feat_t, const float* centres, float* logits, float* v, float* var,
                       int64_t rows, int64_t D, int64_t N) {
   if (rows < 0 || D < 1 || N < 1) return 1;
