@@ -14,6 +14,7 @@
 * :func:`set_stamp` and :func:`stamp_seconds` write and read a message's ``header.stamp``.
 * :class:`RealTime` paces a test's simulated sensor: which flight sample to publish, stamped when it is due.
 * :func:`drop_totals` parses the ``dropped in total: {...}`` line every node logs when it stops.
+* :func:`stop_nodes` stops a test's node processes as Ctrl-C would and says how each one ended.
 
 rclpy is imported lazily: importing this module needs no ROS install.
 """
@@ -24,9 +25,11 @@ import ast
 import math
 import re
 import shutil
+import signal
+import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
@@ -101,6 +104,35 @@ def tiny_setup(root: Path, test_seconds: float = TRAIN_SECONDS) -> GraphSetup:
     write_bag(test, out / "bag")
     _SETUPS[test_seconds] = GraphSetup(checkpoint=result.best_path, flight=test, bag=out / "bag")
     return _SETUPS[test_seconds]
+
+
+# ----------------------------------------------------------------------------- node processes
+STOP_TIMEOUT = 30.0
+"""Wall seconds the stopped nodes get, together, to log their summaries and exit before they are killed.
+Generous on purpose: four torch-loading nodes tearing down Fast DDS at once on a loaded 2-core machine."""
+
+
+def stop_nodes(procs: Mapping[str, subprocess.Popen], timeout: float = STOP_TIMEOUT) -> dict[str, int | str]:
+    """SIGINT every running node (what Ctrl-C and ``ros2 launch`` send), then wait for all of them.
+
+    Returns each node's exit status, or ``"killed: still running N s after SIGINT"`` for one that
+    outlived the shared deadline (then SIGKILLed), so a failed assertion says which node ended how.
+    How long each took is printed (pytest shows it with a failure).
+    """
+    for proc in procs.values():
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+    start = time.monotonic()
+    ended: dict[str, int | str] = {}
+    for name, proc in procs.items():
+        try:
+            ended[name] = proc.wait(timeout=max(0.0, start + timeout - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            ended[name] = f"killed: still running {timeout:g} s after SIGINT"
+        print(f"stop_nodes: {name}: {ended[name]} within {time.monotonic() - start:.1f} s of SIGINT")
+    return ended
 
 
 # ----------------------------------------------------------------------------- node logs

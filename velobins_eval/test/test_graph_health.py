@@ -23,7 +23,6 @@ and a filter field that cannot change on a running filter are refused.
 
 from __future__ import annotations
 
-import signal
 import subprocess
 import time
 from pathlib import Path
@@ -66,18 +65,6 @@ def start(package: str, name: str, log: Path, params: dict[str, Any]) -> subproc
         cmd += ["-p", f"{key}:={value}"]
     with log.open("w") as out:
         return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
-
-
-def stop(procs: list[subprocess.Popen]) -> None:
-    for p in procs:
-        if p.poll() is None:
-            p.send_signal(signal.SIGINT)
-    for p in procs:
-        try:
-            p.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
 
 
 class Probe(gf.ProbeNode):
@@ -163,12 +150,14 @@ def last_in(diags: list[gf.Diag], start: float, end: float) -> gf.Diag:
 def test_diagnostic_states(ros_domain: int, setup: gf.GraphSetup, tmp_path: Path) -> None:
     common = {"diagnostics_period": DIAG_PERIOD, "startup_grace": 0.0}  # the first phase's log line is checked
     net_log, ekf_log = tmp_path / "net.log", tmp_path / "ekf.log"
-    procs = [
-        start("velobins_net", "velobins_net_node", net_log, {**common, "model_path": setup.checkpoint}),
+    procs = {
+        "net": start("velobins_net", "velobins_net_node", net_log, {**common, "model_path": setup.checkpoint}),
         # the phases are about the input streams: IMU loss and latency (on a loaded machine this process's
         # publisher drops samples and runs late) are left out here; velobins_common's test_health checks them
-        start("velobins_ekf", "velobins_ekf_node", ekf_log, {**common, "imu_loss_warn": 1.0, "latency_warn": 60.0}),
-    ]
+        "ekf": start(
+            "velobins_ekf", "velobins_ekf_node", ekf_log, {**common, "imu_loss_warn": 1.0, "latency_warn": 60.0}
+        ),
+    }
     probe = Probe(ros_domain)
     try:
         probe.wait_for(lambda: NET in probe.diags and EKF in probe.diags, 60.0, "both nodes' diagnostics")
@@ -192,7 +181,7 @@ def test_diagnostic_states(ros_domain: int, setup: gf.GraphSetup, tmp_path: Path
         time.sleep(0.2)
     finally:
         probe.close()
-        stop(procs)
+        gf.stop_nodes(procs)
     net, ekf = probe.diags[NET], probe.diags[EKF]
 
     d = last_in(net, *marks["missing"])
@@ -262,6 +251,6 @@ def test_live_parameters(ros_domain: int, tmp_path: Path, setup: gf.GraphSetup) 
         assert proc.poll() is None
     finally:
         probe.close()
-        stop([proc])
+        gf.stop_nodes({"ekf": proc})
     log = (tmp_path / "ekf.log").read_text()
     assert "parameters changed: odom_rate=10" in log, log

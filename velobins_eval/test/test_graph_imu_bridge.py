@@ -26,7 +26,6 @@ runs feed it the same way, by construction rather than by timing:
 
 from __future__ import annotations
 
-import signal
 import subprocess
 import time
 from pathlib import Path
@@ -187,17 +186,6 @@ def start(cmd: list[str], log: Path) -> subprocess.Popen:
         return subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT)
 
 
-def stop(procs: list[subprocess.Popen]) -> list[int | None]:
-    for proc in procs:
-        proc.send_signal(signal.SIGINT)
-    for proc in procs:
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-    return [proc.returncode for proc in procs]
-
-
 @pytest.mark.ros
 def test_bridged_crazyswarm_imu_gives_the_si_velocities(setup: gf.GraphSetup, tmp_path: Path, ros_domain: int) -> None:
     from ament_index_python.packages import get_package_share_directory
@@ -220,15 +208,15 @@ def test_bridged_crazyswarm_imu_gives_the_si_velocities(setup: gf.GraphSetup, tm
             feeder.spin_for(0.5)  # what an earlier run's nodes sent is in, then forgotten
             feeder.estimates.clear()
             feeder.diag, feeder.since = {}, time.time()
-            procs = [start(net, tmp_path / f"net_{name}.log")]
+            procs = {"net": start(net, tmp_path / f"net_{name}.log")}
             if bridged:
-                procs.append(start(bridge, tmp_path / "bridge.log"))
+                procs["bridge"] = start(bridge, tmp_path / "bridge.log")
             try:
                 runs[name] = feed_flight(feeder, setup.flight, bridged)
             finally:
-                codes = stop(procs)
+                codes = gf.stop_nodes(procs)
             logs = {p.name: p.read_text() for p in tmp_path.glob("*.log")}
-            assert codes == [0] * len(procs), logs
+            assert set(codes.values()) == {0}, (codes, logs)
             assert gf.drop_totals(logs[f"net_{name}.log"]) == {"time_jump_reset": 1}, logs
             if bridged:
                 assert gf.drop_totals(logs["bridge.log"]) == {}, logs

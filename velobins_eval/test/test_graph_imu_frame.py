@@ -15,7 +15,6 @@ at all, every IMU message counted as an ``imu_frame_unknown`` drop in its exit l
 
 from __future__ import annotations
 
-import signal
 import subprocess
 import time
 from pathlib import Path
@@ -213,19 +212,11 @@ def test_same_velocity_in_every_imu_frame(setup: gf.GraphSetup, tmp_path: Path, 
         published["unknown"] = driver.publish_flight("unknown", flight, "imu_mystery", np.eye(3), UNKNOWN_SECONDS)
         driver.settle("unknown", quiet=1.0)
     finally:
-        for proc in procs.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGINT)  # graceful: the exit line carries the drop totals
-        for proc in procs.values():
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        codes = gf.stop_nodes(procs)  # graceful: the exit line carries the drop totals
         driver.close()
     text = {ns: p.read_text(errors="replace") for ns, p in logs.items()}
-    assert all(p.returncode == 0 for p in procs.values()), {
-        ns: (p.returncode, text[ns][-1500:]) for ns, p in procs.items()
-    }
+    failed = {ns: text[ns][-1500:] for ns, code in codes.items() if code != 0}
+    assert not failed, f"exit codes {codes}; logs of the failed: {failed}"
 
     # the reference: the body-frame IMU gives an estimate every 1/20 s once the 1 s window is full
     ref = dict(driver.velocities["body"])
