@@ -15,6 +15,7 @@
 * :class:`RealTime` paces a test's simulated sensor: which flight sample to publish, stamped when it is due.
 * :func:`drop_totals` parses the ``dropped in total: {...}`` line every node logs when it stops.
 * :func:`stop_nodes` stops a test's node processes as Ctrl-C would and says how each one ended.
+* :func:`window_diff` says, window by window, where a graph run's network estimates left the offline ones.
 
 rclpy is imported lazily: importing this module needs no ROS install.
 """
@@ -22,6 +23,8 @@ rclpy is imported lazily: importing this module needs no ROS install.
 from __future__ import annotations
 
 import ast
+import csv
+import json
 import math
 import re
 import shutil
@@ -34,7 +37,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
 
-from velobins_data.bag import write_bag
+import numpy as np
+
+from velobins_data.bag import STAMP_OFFSET, write_bag
 from velobins_data.flight import Flight
 
 PRESET = "nano"
@@ -133,6 +138,31 @@ def stop_nodes(procs: Mapping[str, subprocess.Popen], timeout: float = STOP_TIME
             ended[name] = f"killed: still running {timeout:g} s after SIGINT"
         print(f"stop_nodes: {name}: {ended[name]} within {time.monotonic() - start:.1f} s of SIGINT")
     return ended
+
+
+def window_diff(
+    report_dir: Path, label: str, flight: str, t: np.ndarray, v: np.ndarray, offset: float = STAMP_OFFSET
+) -> str:
+    """Where a graph run's network estimates (``updates.csv`` of ``label``/``flight``) left the offline
+    ``(t, v)``: windows only one side has, and windows whose velocity differs by more than 1e-4 m/s.
+
+    The graph tests compare whole-flight figures; when one is off, this line says whether windows went
+    missing (and where: at the start is a start-up race) or differ (inputs lost or late), so a failure
+    seen once is evidence instead of a number. ``offset`` is the bag's stamp shift (:func:`write_bag`'s).
+    """
+    config = json.loads((Path(report_dir) / "config.json").read_text())
+    updates = Path(report_dir) / config["estimates"][label][flight] / "updates.csv"
+    with updates.open(newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    graph = {round(float(r["t"]) - offset, 4): [float(r[k]) for k in ("net_vx", "net_vy", "net_vz")] for r in rows}
+    offline = {round(float(s), 4): row for s, row in zip(t, v, strict=True)}
+    common = sorted(set(graph) & set(offline))
+    differ = [s for s in common if float(np.max(np.abs(np.subtract(graph[s], offline[s])))) > 1e-4]
+    missing, extra = sorted(set(offline) - set(graph)), sorted(set(graph) - set(offline))
+    return (
+        f"windows: graph {len(graph)}, offline {len(offline)}; only offline {len(missing)} {missing[:6]}; "
+        f"only graph {len(extra)} {extra[:6]}; differing by > 1e-4 m/s {len(differ)} of {len(common)} {differ[:6]}"
+    )
 
 
 # ----------------------------------------------------------------------------- node logs

@@ -75,4 +75,6 @@ def test_the_graph_runs_an_ensemble_as_offline(ensemble, tmp_path: Path, ros_dom
     assert offline.net_nll != plain.net_nll  # b·d̄ changed what the filter was told
     for key in ("net_ave", "net_nll", "ave", "nees_median"):
         want = float(getattr(offline, key))
-        assert math.isfinite(got[key]) and abs(got[key] - want) <= max(REL_TOL * abs(want), 0.01), (key, got[key], want)
+        if not (math.isfinite(got[key]) and abs(got[key] - want) <= max(REL_TOL * abs(want), 0.01)):
+            windows = gf.window_diff(run.report_dir, label, flight, t, v)
+            raise AssertionError(f"{key}: graph {got[key]:.6g} vs offline {want:.6g}; {windows}\n{logs}")
