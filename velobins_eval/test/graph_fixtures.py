@@ -28,7 +28,6 @@ import json
 import math
 import re
 import shutil
-import signal
 import subprocess
 import threading
 import time
@@ -41,6 +40,7 @@ import numpy as np
 
 from velobins_data.bag import STAMP_OFFSET, write_bag
 from velobins_data.flight import Flight
+from velobins_eval.processes import stop_processes
 
 PRESET = "nano"
 """Simulated platform (PWM rotors, NanoBench-like speeds)."""
@@ -113,31 +113,21 @@ def tiny_setup(root: Path, test_seconds: float = TRAIN_SECONDS) -> GraphSetup:
 
 # ----------------------------------------------------------------------------- node processes
 STOP_TIMEOUT = 30.0
-"""Wall seconds the stopped nodes get, together, to log their summaries and exit before they are killed.
-Generous on purpose: four torch-loading nodes tearing down Fast DDS at once on a loaded 2-core machine."""
+"""Wall seconds the stopped nodes get, together, after SIGINT to log their summaries and exit. Generous on
+purpose: four torch-loading nodes tearing down Fast DDS at once on a loaded 2-core machine."""
 
 
-def stop_nodes(procs: Mapping[str, subprocess.Popen], timeout: float = STOP_TIMEOUT) -> dict[str, int | str]:
-    """SIGINT every running node (what Ctrl-C and ``ros2 launch`` send), then wait for all of them.
-
-    Returns each node's exit status, or ``"killed: still running N s after SIGINT"`` for one that
-    outlived the shared deadline (then SIGKILLed), so a failed assertion says which node ended how.
-    How long each took is printed (pytest shows it with a failure).
+def stop_nodes(procs: Mapping[str, subprocess.Popen], timeout: float = STOP_TIMEOUT) -> dict[str, int | None]:
+    """Stop a test's nodes as Ctrl-C and ``ros2 launch`` do (:func:`velobins_eval.processes.stop_processes`:
+    SIGINT to all, ``timeout`` s together, then SIGTERM and SIGKILL) and return each one's exit status by name,
+    so a failed assertion says which node ended how. How long they took is printed (pytest shows it with a
+    failure): ``timeout`` s or more means one outlived SIGINT and was terminated.
     """
-    for proc in procs.values():
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
     start = time.monotonic()
-    ended: dict[str, int | str] = {}
-    for name, proc in procs.items():
-        try:
-            ended[name] = proc.wait(timeout=max(0.0, start + timeout - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            ended[name] = f"killed: still running {timeout:g} s after SIGINT"
-        print(f"stop_nodes: {name}: {ended[name]} within {time.monotonic() - start:.1f} s of SIGINT")
-    return ended
+    stop_processes(procs.values(), grace_s=timeout)
+    codes = {name: proc.returncode for name, proc in procs.items()}
+    print(f"stop_nodes: exit {codes}, {time.monotonic() - start:.1f} s after SIGINT")
+    return codes
 
 
 def window_diff(
