@@ -40,6 +40,7 @@ import numpy as np
 
 from velobins_data.bag import STAMP_OFFSET, write_bag
 from velobins_data.flight import Flight
+from velobins_eval.graph import NODE_STOP_GRACE_S
 from velobins_eval.processes import stop_processes
 
 PRESET = "nano"
@@ -112,9 +113,9 @@ def tiny_setup(root: Path, test_seconds: float = TRAIN_SECONDS) -> GraphSetup:
 
 
 # ----------------------------------------------------------------------------- node processes
-STOP_TIMEOUT = 30.0
-"""Wall seconds the stopped nodes get, together, after SIGINT to log their summaries and exit. Generous on
-purpose: four torch-loading nodes tearing down Fast DDS at once on a loaded 2-core machine."""
+STOP_TIMEOUT = NODE_STOP_GRACE_S
+"""Wall seconds the stopped nodes get, together, after SIGINT: the same grace :func:`velobins_eval.graph.run_graph`
+gives them."""
 
 
 def stop_nodes(procs: Mapping[str, subprocess.Popen], timeout: float = STOP_TIMEOUT) -> dict[str, int | None]:
