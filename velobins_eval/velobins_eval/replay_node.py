@@ -53,6 +53,8 @@ class ReplayConfig:
     """Latched std_msgs/Bool published True after the last message."""
     wait_for_imu_subscribers: int = param(0, min=0, max=100)
     """Before the first message, wait until imu has this many subscribers (e.g. 2: network + EKF)."""
+    wait_for_rotor_subscribers: int = param(0, min=0, max=100)
+    """... and rotor_speeds this many (e.g. 1: the network), so no model misses the flight's first rotor samples."""
     wait_for_ground_truth_subscribers: int = param(0, min=0, max=100)
     """... and ground_truth/odometry this many (e.g. 2: an EKF started from ground truth + the eval node)."""
     wait_timeout: float = param(60.0, min=0.0)
@@ -109,6 +111,7 @@ class ReplayNode(Node):
         """Hold the replay until the configured subscribers are matched (start-up race), or time out."""
         wanted = {
             bag.TOPIC_IMU: self.config.wait_for_imu_subscribers,
+            bag.TOPIC_ROTOR: self.config.wait_for_rotor_subscribers,
             bag.TOPIC_GT: self.config.wait_for_ground_truth_subscribers,
         }
         wanted = {topic: n for topic, n in wanted.items() if n > 0 and topic in self.publishers_by_topic}
