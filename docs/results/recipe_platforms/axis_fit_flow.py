@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from axis_fit_nine import AXIS_GRID, UNIT  # this folder: item 25's grid
+from axis_fit_nine import AXIS_GRID, UNIT, print_fit  # this folder: item 25's grid and its report
 from axis_scale_probe import flights_in, saved_updates, score  # this folder: loading, the per-axis replay
 from scipy.optimize import minimize
 from variance_map_probe import VAL  # this folder: the test flights
@@ -53,10 +53,4 @@ if __name__ == "__main__":
         else:
             fits = {k: score(cal, on_cal, np.asarray(k), config) for k in AXIS_GRID}
             best = min(AXIS_GRID, key=lambda k: fits[k][1])
-        for label, k in (("factors 1", UNIT), (f"factors {best} (nine-flight NLL)", best)):
-            c, v = fits[k], score(val, on_val, np.asarray(k), config)
-            print(
-                f"{flow.name} {label}: nine flights NLL {c[1]:.3f}, {c[2]:.1%} in bounds; "
-                f"val fused AVE {v[0]:.3f}, NLL {v[1]:.3f}, {v[2]:.1%} in bounds",
-                flush=True,
-            )
+        print_fit(flow.name, fits, best, val, on_val, config)

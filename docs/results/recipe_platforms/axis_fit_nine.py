@@ -26,6 +26,18 @@ AXIS_GRID = list(itertools.product((0.25, 0.5, 1.0, 2.0), (0.5, 1.0, 2.0), (0.5,
 UNIT = (1.0, 1.0, 1.0)
 
 
+def print_fit(name: str, fits: dict, best: tuple, val: dict, on_val: dict, config=FILTER) -> None:
+    """Two lines for run ``name``: factors 1 and the ``best`` ones, each with its calibration-flight figures
+    (``fits[k]``: fused AVE, NLL, share in bounds) and its figures on the ``val`` flights, fused by ``config``."""
+    for label, k in (("factors 1", UNIT), (f"factors {best} (nine-flight NLL)", best)):
+        c, v = fits[k], score(val, on_val, np.asarray(k), config)
+        print(
+            f"{name} {label}: nine flights NLL {c[1]:.3f}, {c[2]:.1%} in bounds; "
+            f"val fused AVE {v[0]:.3f}, NLL {v[1]:.3f}, {v[2]:.1%} in bounds",
+            flush=True,
+        )
+
+
 if __name__ == "__main__":
     if len(sys.argv) < 3:
         sys.exit(__doc__)
@@ -33,10 +45,4 @@ if __name__ == "__main__":
     for run in map(Path, sys.argv[2:]):
         on_cal, on_val = saved_updates(run / "eval_on_cal9", cal), saved_updates(run / "eval_nb9", val)
         fits = {k: score(cal, on_cal, np.asarray(k), FILTER) for k in AXIS_GRID}
-        best = min(AXIS_GRID, key=lambda k: fits[k][1])
-        for label, k in (("factors 1", UNIT), (f"factors {best} (nine-flight NLL)", best)):
-            c, v = fits[k], score(val, on_val, np.asarray(k), FILTER)
-            print(
-                f"{run.name} {label}: nine flights NLL {c[1]:.3f}, {c[2]:.1%} in bounds; "
-                f"val fused AVE {v[0]:.3f}, NLL {v[1]:.3f}, {v[2]:.1%} in bounds"
-            )
+        print_fit(run.name, fits, min(AXIS_GRID, key=lambda k: fits[k][1]), val, on_val)
