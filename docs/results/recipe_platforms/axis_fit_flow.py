@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 from axis_fit_nine import AXIS_GRID, UNIT, print_fit  # this folder: item 25's grid and its report
-from axis_scale_probe import flights_in, saved_updates, score  # this folder: loading, the per-axis replay
+from axis_scale_probe import _fail, flights_in, saved_updates, score  # this folder: loading, the per-axis replay
 from scipy.optimize import minimize
 from variance_map_probe import VAL  # this folder: the test flights
 
@@ -27,8 +27,12 @@ from velobins_eval.evaluate import load_ekf_config
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
-FILES = [ROOT / "velobins_bringup" / "config" / "nanobench.yaml", HERE / "nanobench_cal9_imu.yaml"]
-FILES.append(HERE / "gyro_prior.yaml")
+FILES = [
+    ROOT / "velobins_bringup" / "config" / "nanobench.yaml",
+    HERE / "nanobench_cal9_imu.yaml",
+    HERE / "gyro_prior.yaml",
+]
+"""flow.sh's --params, in its order; each flow's overlay.yaml goes last."""
 
 
 def continuous_fit(nll) -> tuple[float, float, float]:
@@ -45,7 +49,10 @@ if __name__ == "__main__":
         sys.exit(__doc__)
     cal, val = flights_in(Path(args[0]), "nanobench"), flights_in(VAL, "nanobench")
     for flow in map(Path, args[1:]):
-        config = load_ekf_config([*FILES, flow / "overlay.yaml"])
+        try:
+            config = load_ekf_config([*FILES, flow / "overlay.yaml"])
+        except (ValueError, OSError) as exc:  # a flow without its overlay, or a bad one: one line, exit 2
+            sys.exit(_fail(str(exc)))
         on_cal, on_val = saved_updates(flow / "eval_cal9", cal), saved_updates(flow / "eval_val", val)
         if continuous:
             best = continuous_fit(lambda k, on_cal=on_cal, config=config: score(cal, on_cal, k, config)[1])
