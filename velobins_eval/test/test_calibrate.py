@@ -30,9 +30,7 @@ from velobins_eval.calibrate_errors import (
     velocity_error_start,
 )
 from velobins_eval.calibrate_fit import (
-    EDGE_DECADES,
     FLOOR,
-    GRID_LOG10,
     SCALE,
     SCALE_LIMITS,
     VELOCITY_ERROR,
@@ -40,9 +38,9 @@ from velobins_eval.calibrate_fit import (
     Objective,
     Point,
     consistency,
-    fit_noise,
     innovation_nll,
 )
+from velobins_eval.calibrate_search import EDGE_DECADES, GRID_LOG10, fit_noise
 from velobins_eval.cli import main as cli_main
 from velobins_eval.cli.calibrate import main_calibrate
 

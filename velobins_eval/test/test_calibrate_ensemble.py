@@ -14,16 +14,8 @@ from velobins_ekf.config import EkfConfig
 from velobins_eval import calibrate_ensemble
 from velobins_eval.calibrate import run_stage
 from velobins_eval.calibrate_ensemble import disagreement_stage, folded, reference_ratio
-from velobins_eval.calibrate_fit import (
-    DISAGREEMENT,
-    SCALE,
-    SIMPLEX_STEP,
-    CalibrationRefused,
-    Objective,
-    Point,
-    consistency,
-    fit_noise,
-)
+from velobins_eval.calibrate_fit import DISAGREEMENT, SCALE, CalibrationRefused, Objective, Point, consistency
+from velobins_eval.calibrate_search import SIMPLEX_STEP, fit_noise
 
 
 @pytest.fixture(scope="module")

@@ -45,17 +45,16 @@ from .calibrate_fit import (
     NETWORK_FITTABLE,
     OBJECTIVE_UNITS,
     SCALE,
-    SIMPLEX_STEP,
     CalibrationFlight,
     CalibrationRefused,
     Objective,
     Point,
     consistency,
-    fit_noise,
     log_limits,
     point_at,
     synthetic_measurements,
 )
+from .calibrate_search import SIMPLEX_STEP, fit_noise
 from .calibrate_uncertainty import BLOCK_S, curvature
 
 MODES = ("heldout", "cross-fit", "synthetic")
@@ -279,7 +278,7 @@ def run_stage(
     uncertainty: bool = True,
     step: float = SIMPLEX_STEP,
 ) -> Stage:
-    """:func:`~velobins_eval.calibrate_fit.fit_noise` of ``names`` on ``flights`` (objective ``kind``, else
+    """:func:`~velobins_eval.calibrate_search.fit_noise` of ``names`` on ``flights`` (objective ``kind``, else
     ``--objective``; its first simplex ``step``), then its curvature (skipped without ``uncertainty``: a profile's
     points)."""
     log(f"{label}: fitting {', '.join(names)}")

@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 
 from .calibrate_errors import own_scale
-from .calibrate_fit import DISAGREEMENT, SIMPLEX_STEP, CalibrationFlight, CalibrationRefused, Point
+from .calibrate_fit import DISAGREEMENT, CalibrationFlight, CalibrationRefused, Point
+from .calibrate_search import SIMPLEX_STEP
 
 
 def folded(flights: Sequence[CalibrationFlight], ratio: float) -> list[CalibrationFlight]:
@@ -35,7 +36,7 @@ DISAGREEMENT_RATIOS = (0.0, 0.25, 1.0, 4.0, 16.0, 64.0)
 mixture's own variance alone, then 2½ decades from where the disagreement's term is a quarter of the variance's."""
 WARM_STEP = 0.05
 """The first simplex's step [decades] of a fit of s that starts from :func:`warm_scale` or from the kept ratio's
-optimum (a quarter decade from a start of unknown distance: ``calibrate_fit.SIMPLEX_STEP``)."""
+optimum (a quarter decade from a start of unknown distance: ``calibrate_search.SIMPLEX_STEP``)."""
 DISAGREEMENT_WIDENINGS = 3
 """How often the profile goes on ×4 past its largest ratio while that one is the best (then it is kept)."""
 

@@ -1,4 +1,4 @@
-"""Search steps of ``velobins_eval.calibrate_fit`` that the end-to-end calibrate tests do not isolate."""
+"""Search steps of ``velobins_eval.calibrate_search`` that the end-to-end calibrate tests do not isolate."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import warnings
 import numpy as np
 import pytest
 
-from velobins_eval.calibrate_fit import refine
+from velobins_eval.calibrate_search import refine
 
 
 def test_refine_starts_inside_the_boxes_when_the_best_point_lies_outside():
