@@ -30,6 +30,8 @@ from velobins_eval.calibrate_errors import (
     velocity_error_start,
 )
 from velobins_eval.calibrate_fit import (
+    AXES,
+    AXIS_FACTORS,
     FLOOR,
     SCALE,
     SCALE_LIMITS,
@@ -77,6 +79,39 @@ def test_posterior_objective_recovers_the_measurement_scale(flights):
     cfg = dataclasses.replace(EkfConfig(), acc_noise_density=truth.acc_density, gyro_noise_density=truth.gyro_density)
     fit = fit_noise(Objective(wrong, "posterior"), Point(cfg, 1.0), [SCALE], max_evals=30, progress=False)
     assert 2.0 < fit.values[SCALE] < 8.0, fit.values
+
+
+def test_axis_factors_are_recovered_on_simulated_flights(flights):
+    """Measurement noise of 0.5, 1 and 4 times the stated variance on x, y, z. The innovation likelihood, exact for
+    white noise, recovers the three factors with s held; the posterior objective keeps their order and makes the
+    filter consistent, but also absorbs the filter's other errors (it inflates z most: docs/calibrate.md)."""
+    k = np.array([0.5, 1.0, 4.0])
+    rng = np.random.default_rng(1)
+    skewed = [
+        dataclasses.replace(cf, z=cf.v_body_true + 0.05 * np.sqrt(k) * rng.standard_normal(cf.z.shape))
+        for cf in flights
+    ]
+    truth = get_preset("nano").imu
+    cfg = dataclasses.replace(EkfConfig(), acc_noise_density=truth.acc_density, gyro_noise_density=truth.gyro_density)
+    exact = fit_noise(Objective(skewed, "innovation"), Point(cfg, 1.0), AXES, max_evals=80, progress=False)
+    fitted = np.array([exact.values[n] for n in AXES])
+    assert np.all(np.abs(np.log(fitted / k)) < np.log(1.25)), fitted
+    assert exact.point.axes == tuple(fitted) and exact.point.scale == 1.0  # s held
+    posterior = fit_noise(Objective(skewed, "posterior"), Point(cfg, 1.0), AXES, max_evals=80, progress=False)
+    axes = posterior.point.axes
+    assert axes[0] < axes[1] < axes[2], axes
+    before, after = consistency(skewed, cfg, 1.0), consistency(skewed, cfg, posterior.point.factors)
+    assert after["nees_in_bounds"] > max(0.9, before["nees_in_bounds"] + 0.1), (before, after)
+
+
+def test_fit_names_expand_the_axis_factors():
+    """``--fit ...,axis_variance_factors`` is the three axes; a repeated axis is refused like any repeated name."""
+    from velobins_eval.calibrate_fit import check_fit_names
+
+    assert check_fit_names([SCALE, AXIS_FACTORS]) == (SCALE, *AXES)
+    assert check_fit_names([AXES[2]]) == (AXES[2],)
+    with pytest.raises(OptionError, match=AXIS_FACTORS):
+        check_fit_names([AXIS_FACTORS, AXES[0]])
 
 
 def seconds(line: str) -> list[float]:
@@ -232,6 +267,8 @@ def test_cli_synthetic_end_to_end(data_dir, tmp_path, capsys):
         (["--cross-fit", "2", "--fit", "acc_noise_density", "--objective", "accuracy"], "--objective: accuracy"),
         (["--objective", "crps"], "--objective: crps fits the network's fields only"),
         (["--workers", "0"], "--workers"),
+        (["--fit", AXIS_FACTORS], "needs network estimates"),
+        (["--cross-fit", "2", "--imu-noise", "network", "--fit", f"{SCALE},{AXIS_FACTORS}"], "not with --imu-noise"),
     ],
 )
 def test_cli_option_errors(data_dir, tmp_path, extra, message):
@@ -239,6 +276,30 @@ def test_cli_option_errors(data_dir, tmp_path, extra, message):
     with pytest.raises(OptionError, match=message):
         main_calibrate([*base, *extra])
     assert not (tmp_path / "o.yaml").exists()
+
+
+def test_cli_synthetic_fit_ignores_the_network_fields_of_params(data_dir, tmp_path, capsys):
+    """Synthetic measurements carry the known σ² of their noise: an overlay's s and axis factors (the network's) must
+    not scale them, so the IMU fit is the same with them as without; the overlay still carries them (kept)."""
+    params = tmp_path / "net.yaml"
+    params.write_text(
+        "/**/velobins_net:\n  ros__parameters:\n    predictor:\n      variance_scale: 4.0\n"
+        "      axis_variance_factors: [1.0, 1.0, 9.0]\n"
+    )
+    base = ["calibrate", "--dataset", "csv", "--data", str(data_dir), "--imu-noise", "synthetic", "--max-evals", "12"]
+    assert cli_main([*base, "--out", str(tmp_path / "plain.yaml")]) == 0
+    said = capsys.readouterr().out
+    assert cli_main([*base, "--params", str(params), "--out", str(tmp_path / "net.yaml.out")]) == 0
+    said_net = capsys.readouterr().out
+    plain, net = load_filter_config([tmp_path / "plain.yaml"]), load_filter_config([tmp_path / "net.yaml.out"])
+    assert (net.acc_noise_density, net.gyro_noise_density) == (plain.acc_noise_density, plain.gyro_noise_density)
+    objectives = [re.findall(r"(?:grid|refinement).*?objective (-?[0-9.]+)", s) for s in (said, said_net)]
+    assert objectives[0] and objectives[0] == objectives[1]  # the same objective at every stage of the search
+    assert "kept from --params (not fitted): variance_scale 4, axis_variance_factors.z 9" in said_net
+    from velobins_net.inference import load_predictor_config
+
+    kept = load_predictor_config([tmp_path / "net.yaml.out"])
+    assert (kept.variance_scale, kept.axis_variance_factors) == (4.0, (1.0, 1.0, 9.0))
 
 
 def test_cli_shipped_model_brings_its_overlay(tmp_path, capsys):

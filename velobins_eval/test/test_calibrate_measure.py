@@ -109,6 +109,33 @@ def test_heldout_mode_fits_filter_and_variance_scale(dirs, tiny_checkpoint, tmp_
     assert "IMU noise on ground truth + N(0, 0.05²)" in printed and "network variance scale on its estimates" in printed
 
 
+def test_heldout_mode_fits_axis_factors_after_the_scale(dirs, tiny_checkpoint, tmp_path, capsys):
+    """``--fit variance_scale,axis_variance_factors``: s first, then the three factors with s held, each with its
+    uncertainty; the overlay carries s and the factors as the list the predictor reads."""
+    out = tmp_path / "overlay.yaml"
+    argv = ["calibrate", "--dataset", "csv", "--checkpoint", str(tiny_checkpoint), "--heldout", str(dirs["heldout"])]
+    argv += [
+        "--grid-points",
+        "1",
+        "--max-evals",
+        "20",
+        "--fit",
+        "variance_scale,axis_variance_factors",
+        "--out",
+        str(out),
+    ]
+    assert cli_main(argv) == 0
+    printed = capsys.readouterr().out
+    first, second = printed.index("network variance scale on its estimates"), printed.index("per-axis variance factors")
+    assert first < second
+    pcfg = load_predictor_config([out])
+    assert f"(s {pcfg.variance_scale:.4g}, b 0 held)" in printed
+    assert all(f"axis_variance_factors.{a} " in printed for a in "xyz") and "(robust)" in printed
+    assert len(pcfg.axis_variance_factors) == 3 and pcfg.axis_variance_factors != (1.0, 1.0, 1.0)
+    assert "axis_variance_factors: [" in out.read_text() and "; axis factors " in printed
+    assert "per axis (x, y, z): its own errors' best s" in printed
+
+
 def test_cross_fit_mode_trains_folds_reuses_them_and_refuses_a_foreign_folds_dir(
     dirs, tiny_checkpoint, tmp_path, capsys
 ):

@@ -39,6 +39,8 @@ from velobins_data.flight import Flight
 from .calibrate_ensemble import disagreement_stage, folded
 from .calibrate_errors import floor_start, own_scale, velocity_error_start
 from .calibrate_fit import (
+    AXES,
+    AXIS_FACTORS,
     DISAGREEMENT,
     FITTABLE,
     LIKELIHOODS,
@@ -104,10 +106,14 @@ def yaml_float(x: float) -> str:
 
 
 def overlay_text(
-    header: list[str], filter_values: dict[str, float], scale: float | None, disagreement: float | None = None
+    header: list[str],
+    filter_values: dict[str, float],
+    scale: float | None,
+    disagreement: float | None = None,
+    axes: Sequence[float] | None = None,
 ) -> str:
-    """The overlay YAML: comment ``header``, the EKF's fitted ``filter.*``, optionally ``predictor.variance_scale``
-    and an ensemble's ``predictor.disagreement_scale``.
+    """The overlay YAML: comment ``header``, the EKF's fitted ``filter.*``, optionally ``predictor.variance_scale``,
+    an ensemble's ``predictor.disagreement_scale`` and ``predictor.axis_variance_factors`` (x, y, z).
 
     Each header entry is one comment line with every control character escaped: a flight file named
     ``x\n/**/velobins_ekf: ...`` must not start a YAML entry that sets a parameter when the overlay is
@@ -118,9 +124,12 @@ def overlay_text(
         lines += ["/**/velobins_ekf:", "  ros__parameters:", "    filter:"]
         lines += [f"      {name}: {yaml_float(value)}" for name, value in filter_values.items()]
     predictor = {"variance_scale": scale, "disagreement_scale": disagreement}
-    if any(v is not None for v in predictor.values()):
+    predictor = {name: yaml_float(value) for name, value in predictor.items() if value is not None}
+    if axes is not None:
+        predictor[AXIS_FACTORS] = "[" + ", ".join(yaml_float(k) for k in axes) + "]"
+    if predictor:
         lines += ["/**/velobins_net:", "  ros__parameters:", "    predictor:"]
-        lines += [f"      {name}: {yaml_float(value)}" for name, value in predictor.items() if value is not None]
+        lines += [f"      {name}: {value}" for name, value in predictor.items()]
     return "\n".join(lines) + "\n"
 
 
@@ -333,7 +342,14 @@ def imu_stage(
     names = fitted_by_likelihood(args, names, log)
     label = f"IMU noise on ground truth + N(0, {args.meas_sigma:g}²)"
     kind = args.objective if args.objective in LIKELIHOODS else "posterior"  # accuracy, crps: the network's fields
-    return run_stage(label, synthetic_flights(), point, names, args, log, kind=kind)
+    stage = run_stage(label, synthetic_flights(), unscaled(point), names, args, log, kind=kind)
+    return dataclasses.replace(stage, point=dataclasses.replace(point, config=stage.point.config))
+
+
+def unscaled(point: Point) -> Point:
+    """``point`` with the network's fields at their neutral values (s 1, b 0, k 1): how synthetic measurements are
+    scored, whose variance is the known σ² of their noise (a ``--params`` overlay's s is the network's, not theirs)."""
+    return dataclasses.replace(point, scale=1.0, disagreement=0.0, axes=(1.0, 1.0, 1.0))
 
 
 def fitted_by_likelihood(args: argparse.Namespace, names: Sequence[str], log) -> list[str]:
@@ -370,7 +386,7 @@ def run_fit(args: argparse.Namespace, inputs: Inputs, flights: list, log: Callab
     if imu:
         stages.append(imu_stage(args, inputs, point, imu, lambda: synthetic(args, inputs.flights), log))
         point = stages[-1].point
-    network = [n for n in args.fit if n in NETWORK_FITTABLE]
+    network = [n for n in args.fit if n in NETWORK_FITTABLE and n not in AXES]
     if network:
         initial = dataclasses.replace(point, scale=initial.scale) if initial is not None else None
         if DISAGREEMENT in network:
@@ -384,7 +400,21 @@ def run_fit(args: argparse.Namespace, inputs: Inputs, flights: list, log: Callab
             label = "network variance scale" if network == [SCALE] else "network error model"
             stages.append(run_stage(f"{label} on its estimates", flights, point, network, args, log, initial))
         point = stages[-1].point
+    axes = [n for n in args.fit if n in AXES]
+    if axes:
+        stages.append(axis_stage(flights, point, axes, args, log))
+        point = stages[-1].point
     return point, stages
+
+
+def axis_stage(flights: list, point: Point, names: Sequence[str], args: argparse.Namespace, log) -> Stage:
+    """The axis factors ``names`` (of :data:`AXES`) on the network's estimates with s and b held at ``point``'s (an
+    ensemble's disagreement folded in at b/s): how the fitted R = s·σ̂² + b·d̄ is shared between the body axes. s and
+    k are not separable (s·k is what counts), so they are fitted in turn, s first, which keeps s the overall scale
+    and k near 1 where the network's σ̂ already balances its axes (docs/calibrate.md, "Per-axis factors")."""
+    data = folded(flights, point.disagreement / point.scale)
+    label = f"per-axis variance factors on its estimates (s {point.scale:.4g}, b {point.disagreement:.4g} held)"
+    return run_stage(label, data, point, names, args, log)
 
 
 def fitted_values(stages: list[Stage]) -> dict[str, float]:
@@ -398,6 +428,13 @@ def kept_values(start: Point, default: Point, fitted: dict[str, float]) -> dict[
     owns. A final model's s fitted with ``--params cross_fit.yaml --fit variance_scale`` then keeps the cross-fit's
     IMU densities, and one ``params_file`` launches the vehicle."""
     return {n: start.value(n) for n in FITTABLE if n not in fitted and start.value(n) != default.value(n)}
+
+
+def predictor_values(values: dict[str, float]) -> tuple[float | None, float | None, tuple[float, ...] | None]:
+    """(s, b, the axis factors (x, y, z)) of ``values`` (fitted or kept), each None where absent: what the overlay's
+    ``predictor`` section carries. An axis not among ``values`` is 1."""
+    axes = tuple(values.get(n, 1.0) for n in AXES) if any(n in values for n in AXES) else None
+    return values.get(SCALE), values.get(DISAGREEMENT), axes
 
 
 def stage_lines(stages: list[Stage]) -> list[str]:
@@ -429,12 +466,14 @@ def fitted_table(
             objective = objectives[ratio]
             if point.disagreement > 0:
                 label += f"; disagreement weight b {point.disagreement:.4g}"
+            if point.axes != (1.0, 1.0, 1.0):
+                label += "; axis factors " + ", ".join(f"{k:.3g}" for k in point.axes)
             if point.config.velocity_noise_floor > 0:
                 label += f"; velocity noise floor {point.config.velocity_noise_floor:.3g} m/s"
             if point.config.velocity_error_sigma > 0:
                 label += f"; velocity error σ_b {point.config.velocity_error_sigma:.3g} m/s, τ "
                 label += f"{point.config.velocity_error_tau:.3g} s"
-            stats = consistency(data, point.config, point.scale)
+            stats = consistency(data, point.config, point.factors)
             rows.append(
                 f"| {label} | {fmt(point.config.acc_noise_density)} | {fmt(point.config.gyro_noise_density)} | "
                 f"{fmt(point.scale)} | {objective(point):.4f} | {stats['ave']:.3f} | {stats['nees_median']:.3f} | "

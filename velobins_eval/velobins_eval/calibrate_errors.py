@@ -44,7 +44,8 @@ def own_scale(flights: list[CalibrationFlight]) -> float:
 
 def network_lines(flights: list[CalibrationFlight], start_scale: float, fit: Point) -> list[str]:
     """The network alone on the calibration flights: AVE, and its NLL per axis at s = 1, at the s that fits its own
-    errors best (mean e²/σ̂²) and at the fitted s (the filter's: larger when the errors are correlated in time)."""
+    errors best (mean e²/σ̂²) and at the fitted s (the filter's: larger when the errors are correlated in time); with
+    axis factors, the own best s and the fitted s·k per axis beside each other."""
     err, var = network_errors(flights)
     s_net = variance_scale(err, var)
 
@@ -59,6 +60,14 @@ def network_lines(flights: list[CalibrationFlight], start_scale: float, fit: Poi
         f"{nll(fit.scale):.3f} at the fitted s = {fit.scale:.3g}"
         + (f" (start s = {start_scale:.3g})" if start_scale != 1 else "")
     ]
+    if fit.axes != (1.0, 1.0, 1.0):
+        own = np.mean(err**2 / var, axis=0)
+        lines.append(
+            "per axis (x, y, z): its own errors' best s "
+            + ", ".join(f"{x:.3g}" for x in own)
+            + "; the filter's fitted s·k "
+            + ", ".join(f"{x:.3g}" for x in fit.factors)
+        )
     dt, per_axis = error_times(flights)
     lines.append(persistence_line(dt, per_axis))
     if fit.config.velocity_error_sigma > 0 and fit.config.velocity_error_tau < dt:

@@ -77,9 +77,14 @@ EKF_FITTABLE = (
     *VELOCITY_ERROR,
 )
 """EKF noise fields ``calibrate`` can fit."""
-FITTABLE = (*EKF_FITTABLE, SCALE, DISAGREEMENT)
-"""Everything ``--fit`` accepts."""
-NETWORK_FITTABLE = (SCALE, DISAGREEMENT, FLOOR, *VELOCITY_ERROR)
+AXIS_FACTORS = "axis_variance_factors"
+"""Factors k (x, y, z) per axis on the network's variance after s and b (R_i = k_i·(s·σ̂²_i + b·d̄_i);
+``predictor.axis_variance_factors``): one ``--fit`` name for three fields, :data:`AXES`, fitted with s and b held."""
+AXES = tuple(f"{AXIS_FACTORS}.{axis}" for axis in "xyz")
+"""The three fields :data:`AXIS_FACTORS` stands for in a fit (what its lines and uncertainty name)."""
+FITTABLE = (*EKF_FITTABLE, SCALE, DISAGREEMENT, *AXES)
+"""Every field a fit can set (``--fit`` names the three :data:`AXES` as :data:`AXIS_FACTORS`)."""
+NETWORK_FITTABLE = (SCALE, DISAGREEMENT, FLOOR, *VELOCITY_ERROR, *AXES)
 """The fields that describe the network's errors: fitted to its estimates only, never to synthetic measurements."""
 DEFAULT_FIT = ("acc_noise_density", "gyro_noise_density")
 """Fitted by default (with :data:`SCALE` added when the measurements come from a network). The random walks
@@ -93,8 +98,8 @@ OBJECTIVE_UNITS = {"posterior": "nats/update", "innovation": "nats/update", "acc
 MEAS_RATE_HZ = 20.0
 """Rate of the synthetic velocity measurements [Hz]: the network node's update rate."""
 SCALE_LIMITS = (1e-6, 1e6)
-"""Allowed range of s (``PredictorConfig.variance_scale``'s ParamSpec, repeated here so this module imports no torch;
-test_calibrate checks they agree)."""
+"""Allowed range of s and of each axis factor (``PredictorConfig.variance_scale``'s and ``axis_variance_factors``'
+ParamSpec, repeated here so this module imports no torch; test_calibrate checks they agree)."""
 
 
 class CalibrationRefused(UserError):
@@ -147,9 +152,10 @@ def innovation_nll(updates: Sequence) -> tuple[float, int]:
     return float(terms.sum()), len(ups)
 
 
-def flight_terms(cf: CalibrationFlight, config, scale: float, kind: str) -> tuple[np.ndarray, np.ndarray]:
+def flight_terms(cf: CalibrationFlight, config, scale: float | np.ndarray, kind: str) -> tuple[np.ndarray, np.ndarray]:
     """(stamps (U,), per-update objective terms (U,)) of the filter ``config`` on one flight, measurement variance
-    ``scale``·``cf.var``; ``kind`` is an :data:`OBJECTIVES` entry. Only accepted updates count."""
+    ``scale``·``cf.var`` (``scale`` one factor, or (3,) per axis: :attr:`Point.factors`); ``kind`` is an
+    :data:`OBJECTIVES` entry. Only accepted updates count."""
     from velobins_ekf.offline import run_offline
 
     from .evaluate import ground_truth_state
@@ -191,12 +197,21 @@ class Point:
     scale: float
     disagreement: float = 0.0
     """b, an ensemble's weight on its disagreement (:data:`DISAGREEMENT`); 0 for one network."""
+    axes: tuple[float, float, float] = (1.0, 1.0, 1.0)
+    """k, the factors per axis on the network's variance after s and b (:data:`AXIS_FACTORS`)."""
 
     def value(self, name: str) -> float:
-        """The field ``name`` (:data:`FITTABLE`): s, b, or the filter config's field of that name."""
+        """The field ``name`` (:data:`FITTABLE`): s, b, an axis factor, or the filter config's field of that name."""
         if name == DISAGREEMENT:
             return float(self.disagreement)
+        if name in AXES:
+            return float(self.axes[AXES.index(name)])
         return float(self.scale if name == SCALE else getattr(self.config, name))
+
+    @property
+    def factors(self) -> np.ndarray:
+        """(3,) s·k: what the flights' variances (with an ensemble's disagreement folded in) are multiplied by."""
+        return self.scale * np.asarray(self.axes, dtype=np.float64)
 
 
 class Objective:
@@ -221,7 +236,7 @@ class Objective:
     def terms(self, point: Point) -> list[tuple[np.ndarray, np.ndarray]]:
         """Per flight: (stamps, per-update objective terms)."""
         self.evaluations += 1
-        return self.pool.map(point.config, point.scale, self.kind)
+        return self.pool.map(point.config, point.factors, self.kind)
 
     def __call__(self, point: Point) -> float:
         per_flight = self.terms(point)
@@ -243,9 +258,10 @@ class Objective:
         return [int(cf.flight.duration // block_s) + 1 for cf in self.flights]
 
 
-def consistency(flights: Sequence[CalibrationFlight], config, scale: float = 1.0) -> dict[str, float]:
-    """Fused AVE, median NEES and NEES share in bounds (means over flights, as ``velobins evaluate``); an ensemble's
-    disagreement counts as far as it is :func:`folded` into the flights' variances."""
+def consistency(flights: Sequence[CalibrationFlight], config, scale: float | np.ndarray = 1.0) -> dict[str, float]:
+    """Fused AVE, median NEES and NEES share in bounds (means over flights, as ``velobins evaluate``) with the
+    variances times ``scale`` (one factor or (3,) per axis); an ensemble's disagreement counts as far as it is
+    :func:`folded` into the flights' variances."""
     from .evaluate import fuse_flight
 
     per_flight = {}
@@ -258,7 +274,7 @@ def consistency(flights: Sequence[CalibrationFlight], config, scale: float = 1.0
 
 def log_limits(name: str) -> tuple[float, float]:
     """log₁₀ of a fittable field's allowed (min, max); random walks get a floor of 1e-9 (log of 0)."""
-    if name == SCALE:
+    if name == SCALE or name in AXES:
         return math.log10(SCALE_LIMITS[0]), math.log10(SCALE_LIMITS[1])
     from velobins_ekf.config import EkfConfig
 
@@ -268,12 +284,17 @@ def log_limits(name: str) -> tuple[float, float]:
     return math.log10(lo), math.log10(hi)
 
 
+FIT_NAMES = (*EKF_FITTABLE, SCALE, DISAGREEMENT, AXIS_FACTORS)
+"""Everything ``--fit`` accepts."""
+
+
 def check_fit_names(names: Sequence[str]) -> tuple[str, ...]:
-    """The ``--fit`` list, checked (unknown or repeated names are a user error)."""
-    out = tuple(n.strip() for n in names if n.strip())
+    """The ``--fit`` list, checked (unknown or repeated names are a user error), :data:`AXIS_FACTORS` given as its
+    three :data:`AXES` (which may also be named one by one)."""
+    out = tuple(a for n in names if n.strip() for a in (AXES if n.strip() == AXIS_FACTORS else (n.strip(),)))
     bad = [n for n in out if n not in FITTABLE]
     if bad or not out or len(set(out)) != len(out):
-        raise OptionError("--fit", f"need distinct names from {', '.join(FITTABLE)}; got {', '.join(names) or 'none'}")
+        raise OptionError("--fit", f"need distinct names from {', '.join(FIT_NAMES)}; got {', '.join(names) or 'none'}")
     return out
 
 
@@ -282,4 +303,5 @@ def point_at(start: Point, names: Sequence[str], x: np.ndarray) -> Point:
     values = {n: float(10.0**v) for n, v in zip(names, x, strict=True)}
     scale = values.pop(SCALE, start.scale)
     disagreement = values.pop(DISAGREEMENT, start.disagreement)
-    return Point(dataclasses.replace(start.config, **values), scale, disagreement)
+    axes = tuple(values.pop(name, k) for name, k in zip(AXES, start.axes, strict=True))
+    return Point(dataclasses.replace(start.config, **values), scale, disagreement, axes)

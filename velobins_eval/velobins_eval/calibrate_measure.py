@@ -43,9 +43,9 @@ PREDICTIONS_FILE = "predictions.npz"
 
 
 def unscaled(pcfg):
-    """``pcfg`` (a ``PredictorConfig``) with ``variance_scale`` = 1 and ``disagreement_scale`` = 0: the network's own
-    σ̂² (an ensemble's: the mixture's)."""
-    return dataclasses.replace(pcfg, variance_scale=1.0, disagreement_scale=0.0)
+    """``pcfg`` (a ``PredictorConfig``) with ``variance_scale`` = 1, ``disagreement_scale`` = 0 and the axis factors
+    1: the network's own σ̂² (an ensemble's: the mixture's)."""
+    return dataclasses.replace(pcfg, variance_scale=1.0, disagreement_scale=0.0, axis_variance_factors=(1.0, 1.0, 1.0))
 
 
 def heldout_measurements(model, flights: Sequence[Flight], pcfg, progress: bool = True) -> list[CalibrationFlight]:

@@ -1,4 +1,4 @@
-"""Streaming predictor (rate limit, resampling, staleness, reasons, variance scale) and export parity."""
+"""Streaming predictor (rate limit, resampling, staleness, reasons, variance scale, axis factors), export parity."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import torch
 
 from velobins_net.config import ModelConfig
 from velobins_net.export import export_onnx, export_torchscript
-from velobins_net.inference import PredictorConfig, StreamingPredictor, load_predictor_config
+from velobins_net.inference import PredictorConfig, StreamingPredictor, axis_scaled, load_predictor_config
 from velobins_net.model import VeloBinsNet
 from velobins_net.resample import antialias
 
@@ -132,6 +132,40 @@ def test_variance_scale_multiplies_the_reported_variance(tmp_path):
     for bad in (0.0, -1.0):
         with pytest.raises(ValueError, match="variance_scale"):
             PredictorConfig(variance_scale=bad)
+
+
+def test_axis_variance_factors_scale_each_axis_after_the_variance_scale(tmp_path):
+    """R_i = k_i·s·σ̂²_i per body axis; an overlay's list reaches the config; a bad one is refused."""
+    model = _model()
+    k = (0.5, 1.0, 4.0)
+    ref = _run(StreamingPredictor(model, PredictorConfig(variance_scale=2.0)))
+    axes = _run(StreamingPredictor(model, PredictorConfig(variance_scale=2.0, axis_variance_factors=k)))
+    assert len(ref) == len(axes) > 5
+    for a, b in zip(ref, axes, strict=True):
+        np.testing.assert_array_equal(a.velocity, b.velocity)
+        np.testing.assert_allclose(b.variance, np.asarray(k) * a.variance, rtol=1e-12)
+    overlay = tmp_path / "overlay.yaml"
+    overlay.write_text(
+        "/**/velobins_net:\n  ros__parameters:\n    predictor:\n      axis_variance_factors: [0.5, 1, 4.0]\n"
+    )
+    assert load_predictor_config([overlay]).axis_variance_factors == k
+    for bad in ((1.0, 1.0), (1.0, 0.0, 1.0)):
+        with pytest.raises(ValueError, match="axis_variance_factors"):
+            PredictorConfig(axis_variance_factors=bad)
+
+
+def test_axis_scaled_keeps_a_full_covariance_s_correlations():
+    """A full covariance becomes D·C·D, D = diag(√k): each axis's variance times its factor, correlations kept."""
+    rng = np.random.default_rng(0)
+    a = rng.normal(size=(3, 3))
+    cov = a @ a.T + np.eye(3)
+    k = (0.25, 2.0, 9.0)
+    var, scaled = axis_scaled(np.diag(cov).copy(), cov, k)
+    np.testing.assert_allclose(var, np.asarray(k) * np.diag(cov))
+    np.testing.assert_allclose(np.diag(scaled), var)
+    corr = [c / np.sqrt(np.outer(np.diag(c), np.diag(c))) for c in (cov, scaled)]
+    np.testing.assert_allclose(corr[1], corr[0], rtol=1e-12)
+    assert axis_scaled(var, cov, (1.0, 1.0, 1.0)) == (var, cov)
 
 
 def test_offline_predictions_carry_the_scale():

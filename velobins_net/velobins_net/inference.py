@@ -7,7 +7,8 @@ the network's time grid ending at the latest IMU stamp (:func:`velobins_net.resa
 the resampling training uses: anti-alias FIR above the model rate, then linear interpolation;
 rotor interpolated inside its samples and held beyond them) and runs the network. The reported
 variance is the decoded one times ``variance_scale``; for an ensemble (:mod:`velobins_net.ensemble`) plus
-``disagreement_scale`` times its members' disagreement averaged over ``disagreement_tau``. Every call that does
+``disagreement_scale`` times its members' disagreement averaged over ``disagreement_tau``; then, per body axis,
+times ``axis_variance_factors``. Every call that does
 not produce an estimate says why in ``counts``. ``velobins evaluate`` runs this same predictor over recorded
 flights (:func:`velobins_eval.evaluate.predict_flight`), so offline numbers are the node's.
 """
@@ -190,6 +191,11 @@ class PredictorConfig:
     disagreement_tau: float = param(2.0, min=0.0, max=600.0, live=True)
     """Time constant [s] of the causal average of the disagreement that `disagreement_scale` weighs (0 = each
     window's own): a flight-segment's difficulty, not one window's draw."""
+    axis_variance_factors: tuple[float, ...] = param((1.0, 1.0, 1.0), min=1e-6, max=1e6, live=True)
+    """Factors (x, y, z) per axis of the measurement (the body axes of a velocity network) on the reported variance
+    after `variance_scale` and the disagreement (R_i = k_i·(s·σ̂²_i + b·d̄_i)): where the network's σ̂ follows its
+    errors over time but misjudges the balance of its axes. 1, 1, 1 = none; `velobins calibrate --fit ...,axis_variance_factors` fits them on held-out flights with s
+    and b held."""
     max_attitude_age: float = param(0.1, min=0.001, max=10.0, live=True)
     """Baselines with attitude input (TLIO, EqNIO, IMO, AirIO): the newest filter attitude may lag the
     newest IMU sample by at most this much [s] (it is carried forward with the gyro); else no estimate."""
@@ -201,6 +207,9 @@ class PredictorConfig:
         for name in ("disagreement_scale", "disagreement_tau"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"PredictorConfig.{name}: must be >= 0, got {getattr(self, name)!r}")
+        factors = self.axis_variance_factors
+        if len(factors) != 3 or not all(k > 0 for k in factors):
+            raise ValueError(f"PredictorConfig.axis_variance_factors: must be 3 factors > 0 (x, y, z), got {factors!r}")
         if self.uncertainty and self.uncertainty not in UNCERTAINTY_SOURCES:
             raise ValueError(
                 f"PredictorConfig.uncertainty: must be empty or one of {UNCERTAINTY_SOURCES}, got {self.uncertainty!r}"
@@ -368,6 +377,7 @@ class StreamingPredictor:
         if out.disagreement is not None:  # an ensemble: R = s·σ̄² + b·d̄, d̄ the disagreement's running average
             disagreement = self._average_disagreement(stamp, out.disagreement[0].cpu().numpy())
             variance = variance + self.config.disagreement_scale * disagreement
+        variance, cov = axis_scaled(variance, cov, self.config.axis_variance_factors)
         t_start = stamp + float(self._offsets[0])
         v = out.v[0].cpu().numpy().astype(np.float64)
         return Prediction(stamp, v, variance, probs, self.kind, t_start, cov, disagreement)
@@ -384,6 +394,18 @@ class StreamingPredictor:
         )
         self._disagreement = (stamp, value)
         return value
+
+
+def axis_scaled(
+    variance: np.ndarray, cov: np.ndarray | None, factors: tuple[float, ...]
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """The variance (3,) times the per-axis ``factors`` k, and a full covariance (3, 3) as D·C·D with
+    D = diag(√k), which scales each axis's variance by its factor and keeps the correlations; unchanged at 1, 1, 1."""
+    if all(k == 1.0 for k in factors):
+        return variance, cov
+    k = np.asarray(factors, dtype=np.float64)
+    root = np.sqrt(k)
+    return variance * k, None if cov is None else cov * np.outer(root, root)
 
 
 def bin_decoder(model: torch.nn.Module):

@@ -25,16 +25,20 @@ from velobins_eval.calibrate import (
     mode_of,
     overlay_header,
     overlay_text,
+    predictor_values,
     run_fit,
     spread,
     stage_lines,
+    unscaled,
 )
 from velobins_eval.calibrate_allan import BIAS_FIELDS
 from velobins_eval.calibrate_errors import network_lines
 from velobins_eval.calibrate_fit import (
+    AXES,
+    AXIS_FACTORS,
     DEFAULT_FIT,
     DISAGREEMENT,
-    FITTABLE,
+    FIT_NAMES,
     LIKELIHOODS,
     NETWORK_FITTABLE,
     OBJECTIVES,
@@ -105,9 +109,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     fit.add_argument(
         "--fit",
-        help=f"comma-separated fields to fit, of {', '.join(FITTABLE)} (default: the two densities, the initial bias "
+        help=f"comma-separated fields to fit, of {', '.join(FIT_NAMES)} (default: the two densities, the initial bias "
         f"sigmas where the Allan variance measures them, {SCALE} when the measurements come from a network, and "
-        f"{DISAGREEMENT} too when that network is an ensemble)",
+        f"{DISAGREEMENT} too when that network is an ensemble; {AXIS_FACTORS}, three factors x, y, z on the "
+        "network's variance, are fitted after them with s and b held)",
     )
     fit.add_argument("--grid-points", type=int, default=4, help="coarse grid values per density (1: no grid)")
     fit.add_argument("--max-evals", type=int, default=60, help="filter passes per refinement, at most")
@@ -163,6 +168,10 @@ def check_args(args: argparse.Namespace) -> None:
         )
     if mode == "synthetic" and network:
         raise OptionError("--fit", f"{', '.join(network)}: each needs network estimates (--heldout / --cross-fit)")
+    if any(n in AXES for n in args.fit) and args.imu_noise == "network":
+        raise OptionError(
+            "--fit", f"{AXIS_FACTORS} are fitted after {SCALE}, with it held: not with --imu-noise network"
+        )
     if DISAGREEMENT in args.fit and (SCALE not in args.fit or args.imu_noise == "network"):
         raise OptionError(
             "--fit", f"{DISAGREEMENT} is fitted with {SCALE} (both in --fit), and not with --imu-noise network"
@@ -196,7 +205,9 @@ def gather(args: argparse.Namespace) -> Inputs:
             args.params = [resolved.overlay]
             print(f"parameters: {resolved.overlay} (the overlay of the shipped model; --params overrides it)")
     pcfg = load_predictor_config(args.params)
-    start = Point(load_filter_config(args.params), pcfg.variance_scale, pcfg.disagreement_scale)
+    start = Point(
+        load_filter_config(args.params), pcfg.variance_scale, pcfg.disagreement_scale, pcfg.axis_variance_factors
+    )
     path = args.heldout if mode == "heldout" else args.data
     all_flights, skipped = load(args, path)
     flights = spread(all_flights, args.max_flights)
@@ -211,7 +222,7 @@ def default_point() -> Point:
     from velobins_net.inference import load_predictor_config
 
     pcfg = load_predictor_config([])
-    return Point(load_filter_config([]), pcfg.variance_scale, pcfg.disagreement_scale)
+    return Point(load_filter_config([]), pcfg.variance_scale, pcfg.disagreement_scale, pcfg.axis_variance_factors)
 
 
 def cpu_seconds() -> float:
@@ -248,7 +259,8 @@ def _calibrate(args: argparse.Namespace, argv: list[str], target) -> int:
         fitted, stages = run_fit(args, inputs, flights, log=print)
     except CalibrationRefused as exc:
         raise CalibrationRefused(f"{exc}; {args.out} was not written") from None
-    table = fitted_table(flights, inputs.start, fitted, args.objective, args.workers, start_label(args))
+    scored = (inputs.start, fitted) if inputs.mode != "synthetic" else (unscaled(inputs.start), unscaled(fitted))
+    table = fitted_table(flights, *scored, args.objective, args.workers, start_label(args))
     net = network_lines(flights, inputs.start.scale, fitted) if inputs.mode != "synthetic" else []
     passes = sum(st.passes for st in stages)
     wall, cpu = time.perf_counter() - wall0, cpu_seconds() - cpu0
@@ -264,8 +276,8 @@ def _calibrate(args: argparse.Namespace, argv: list[str], target) -> int:
         print(line)
         header += [line]
     values |= kept
-    filter_values = {n: v for n, v in values.items() if n not in (SCALE, DISAGREEMENT)}
-    write_output_file(target, overlay_text(header, filter_values, values.get(SCALE), values.get(DISAGREEMENT)))
+    filter_values = {n: v for n, v in values.items() if n not in (SCALE, DISAGREEMENT, *AXES)}
+    write_output_file(target, overlay_text(header, filter_values, *predictor_values(values)))
     print(f"wrote {args.out}")
     return 0
 
