@@ -21,7 +21,7 @@ from velobins_data.datasets.csv_format import write_csv
 from velobins_data.sim.presets import get_preset
 from velobins_ekf.config import EkfConfig
 from velobins_ekf.params import load_filter_config
-from velobins_eval.calibrate import fitted_by_likelihood, overlay_text, spread, yaml_float
+from velobins_eval.calibrate import fitted_by_likelihood, spread
 from velobins_eval.calibrate_errors import (
     error_persistence_line,
     floor_start,
@@ -42,6 +42,7 @@ from velobins_eval.calibrate_fit import (
     consistency,
     innovation_nll,
 )
+from velobins_eval.calibrate_report import overlay_text, yaml_float
 from velobins_eval.calibrate_search import EDGE_DECADES, GRID_LOG10, fit_noise
 from velobins_eval.cli import main as cli_main
 from velobins_eval.cli.calibrate import main_calibrate

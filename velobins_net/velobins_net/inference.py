@@ -194,8 +194,8 @@ class PredictorConfig:
     axis_variance_factors: tuple[float, ...] = param((1.0, 1.0, 1.0), min=1e-6, max=1e6, live=True)
     """Factors (x, y, z) per axis of the measurement (the body axes of a velocity network) on the reported variance
     after `variance_scale` and the disagreement (R_i = k_i·(s·σ̂²_i + b·d̄_i)): where the network's σ̂ follows its
-    errors over time but misjudges the balance of its axes. 1, 1, 1 = none; `velobins calibrate --fit ...,axis_variance_factors` fits them on held-out flights with s
-    and b held."""
+    errors over time but misjudges the balance of its axes. 1, 1, 1 = none; `velobins calibrate --fit
+    ...,axis_variance_factors` fits them on held-out flights with s and b held."""
     max_attitude_age: float = param(0.1, min=0.001, max=10.0, live=True)
     """Baselines with attitude input (TLIO, EqNIO, IMO, AirIO): the newest filter attitude may lag the
     newest IMU sample by at most this much [s] (it is carried forward with the gyro); else no estimate."""

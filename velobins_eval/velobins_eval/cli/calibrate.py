@@ -1,6 +1,6 @@
 """``velobins calibrate``: options, checks and the run of the fit (the work is in :mod:`velobins_eval.calibrate`,
-:mod:`~velobins_eval.calibrate_measure`, :mod:`~velobins_eval.calibrate_fit` and
-:mod:`~velobins_eval.calibrate_uncertainty`)."""
+:mod:`~velobins_eval.calibrate_measure`, :mod:`~velobins_eval.calibrate_fit`, :mod:`~velobins_eval.calibrate_search`,
+:mod:`~velobins_eval.calibrate_uncertainty` and :mod:`~velobins_eval.calibrate_report`)."""
 
 from __future__ import annotations
 
@@ -17,18 +17,13 @@ from velobins_common.errors import OptionError
 from velobins_eval.calibrate import (
     IMU_NOISE_SOURCES,
     Inputs,
-    fitted_table,
     fitted_values,
     kept_values,
     load,
     measurements,
     mode_of,
-    overlay_header,
-    overlay_text,
-    predictor_values,
     run_fit,
     spread,
-    stage_lines,
     unscaled,
 )
 from velobins_eval.calibrate_allan import BIAS_FIELDS
@@ -47,6 +42,7 @@ from velobins_eval.calibrate_fit import (
     Point,
     check_fit_names,
 )
+from velobins_eval.calibrate_report import fitted_table, overlay_header, overlay_text, predictor_values, stage_lines
 
 from .options import add_allow_option, add_output_file_option
 
