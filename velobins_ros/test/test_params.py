@@ -21,10 +21,14 @@ class DemoConfig:
     """Start-up mode."""
     axes: tuple[float, ...] = (0.0, 0.0, 0.0, 1.0)
     """A quaternion."""
+    factors: tuple[float, ...] = param((1.0, 1.0, 1.0), min=1e-6, max=1e6, live=True)
+    """Per-axis factors (like ``predictor.axis_variance_factors``): a live array with bounds on every element."""
 
     def __post_init__(self) -> None:
         if len(self.axes) != 4:
             raise ValueError(f"axes: expected 4 values, got {len(self.axes)}")
+        if len(self.factors) != 3:
+            raise ValueError(f"factors: expected 3 values, got {len(self.factors)}")
 
 
 @pytest.fixture
@@ -109,3 +113,24 @@ def test_live_change_applied_and_checked(make_node) -> None:
     frozen = node.set_parameters([Parameter("depth", value=20)])[0]
     assert not frozen.successful and len(seen) == 1
     assert node.get_parameter("depth").value == 10
+
+
+@pytest.mark.ros
+def test_live_array_checked_element_by_element(make_node) -> None:
+    """A live array parameter (``predictor.axis_variance_factors``' kind): a new list applies as a tuple; an element
+    out of range, or a list the config refuses (wrong length), is refused and changes nothing."""
+    from rclpy.parameter import Parameter
+
+    from velobins_ros import declare_config
+
+    node = make_node()
+    seen: list[DemoConfig] = []
+    declare_config(node, DemoConfig(), on_change=seen.append)
+    assert list(node.get_parameter("factors").value) == [1.0, 1.0, 1.0]
+    ok = node.set_parameters([Parameter("factors", value=[0.5, 2.0, 4.0])])[0]
+    assert ok.successful, ok.reason
+    assert seen and seen[-1].factors == (0.5, 2.0, 4.0)
+    for bad in ([0.5, 0.0, 4.0], [1.0, 2.0]):
+        result = node.set_parameters([Parameter("factors", value=bad)])[0]
+        assert not result.successful and "factors" in result.reason, (bad, result.reason)
+    assert len(seen) == 1 and seen[-1].factors == (0.5, 2.0, 4.0)
