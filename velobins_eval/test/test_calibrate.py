@@ -170,8 +170,9 @@ def test_scale_limits_are_the_predictors():
     from velobins_common.fields import param_spec
     from velobins_net.inference import PredictorConfig
 
-    spec = param_spec(next(f for f in dataclasses.fields(PredictorConfig) if f.name == SCALE))
-    assert (spec.min, spec.max) == SCALE_LIMITS
+    for name in (SCALE, AXIS_FACTORS):
+        spec = param_spec(next(f for f in dataclasses.fields(PredictorConfig) if f.name == name))
+        assert (spec.min, spec.max) == SCALE_LIMITS, name
 
 
 class Bowl:

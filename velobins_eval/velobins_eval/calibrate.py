@@ -288,14 +288,8 @@ def imu_stage(
     names = fitted_by_likelihood(args, names, log)
     label = f"IMU noise on ground truth + N(0, {args.meas_sigma:g}²)"
     kind = args.objective if args.objective in LIKELIHOODS else "posterior"  # accuracy, crps: the network's fields
-    stage = run_stage(label, synthetic_flights(), unscaled(point), names, args, log, kind=kind)
+    stage = run_stage(label, synthetic_flights(), point.network_neutral(), names, args, log, kind=kind)
     return dataclasses.replace(stage, point=dataclasses.replace(point, config=stage.point.config))
-
-
-def unscaled(point: Point) -> Point:
-    """``point`` with the network's fields at their neutral values (s 1, b 0, k 1): how synthetic measurements are
-    scored, whose variance is the known σ² of their noise (a ``--params`` overlay's s is the network's, not theirs)."""
-    return dataclasses.replace(point, scale=1.0, disagreement=0.0, axes=(1.0, 1.0, 1.0))
 
 
 def fitted_by_likelihood(args: argparse.Namespace, names: Sequence[str], log) -> list[str]:
@@ -358,7 +352,7 @@ def axis_stage(flights: list, point: Point, names: Sequence[str], args: argparse
     ensemble's disagreement folded in at b/s): how the fitted R = s·σ̂² + b·d̄ is shared between the body axes. s and
     k are not separable (s·k is what counts), so they are fitted in turn, s first, which keeps s the overall scale
     and k near 1 where the network's σ̂ already balances its axes (docs/calibrate.md, "Per-axis factors")."""
-    data = folded(flights, point.disagreement / point.scale)
+    data = folded(flights, point.ratio)
     label = f"per-axis variance factors on its estimates (s {point.scale:.4g}, b {point.disagreement:.4g} held)"
     return run_stage(label, data, point, names, args, log)
 

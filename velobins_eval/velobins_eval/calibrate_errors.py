@@ -13,7 +13,7 @@ import numpy as np
 
 from velobins_common.stats import correlation_time, gaussian_nll
 
-from .calibrate_fit import FLOOR, CalibrationFlight, Point
+from .calibrate_fit import FLOOR, UNIT_AXES, CalibrationFlight, Point
 
 
 def network_errors(flights: list[CalibrationFlight]) -> tuple[np.ndarray, np.ndarray]:
@@ -60,7 +60,7 @@ def network_lines(flights: list[CalibrationFlight], start_scale: float, fit: Poi
         f"{nll(fit.scale):.3f} at the fitted s = {fit.scale:.3g}"
         + (f" (start s = {start_scale:.3g})" if start_scale != 1 else "")
     ]
-    if fit.axes != (1.0, 1.0, 1.0):
+    if fit.axes != UNIT_AXES:
         own = np.mean(err**2 / var, axis=0)
         lines.append(
             "per axis (x, y, z): its own errors' best s "

@@ -82,6 +82,8 @@ AXIS_FACTORS = "axis_variance_factors"
 ``predictor.axis_variance_factors``): one ``--fit`` name for three fields, :data:`AXES`, fitted with s and b held."""
 AXES = tuple(f"{AXIS_FACTORS}.{axis}" for axis in "xyz")
 """The three fields :data:`AXIS_FACTORS` stands for in a fit (what its lines and uncertainty name)."""
+UNIT_AXES = (1.0, 1.0, 1.0)
+"""Axis factors that change nothing (``predictor.axis_variance_factors``' default)."""
 FITTABLE = (*EKF_FITTABLE, SCALE, DISAGREEMENT, *AXES)
 """Every field a fit can set (``--fit`` names the three :data:`AXES` as :data:`AXIS_FACTORS`)."""
 NETWORK_FITTABLE = (SCALE, DISAGREEMENT, FLOOR, *VELOCITY_ERROR, *AXES)
@@ -99,7 +101,7 @@ MEAS_RATE_HZ = 20.0
 """Rate of the synthetic velocity measurements [Hz]: the network node's update rate."""
 SCALE_LIMITS = (1e-6, 1e6)
 """Allowed range of s and of each axis factor (``PredictorConfig.variance_scale``'s and ``axis_variance_factors``'
-ParamSpec, repeated here so this module imports no torch; test_calibrate checks they agree)."""
+ParamSpec, repeated here so this module imports no torch; test_calibrate checks that both agree)."""
 
 
 class CalibrationRefused(UserError):
@@ -197,7 +199,7 @@ class Point:
     scale: float
     disagreement: float = 0.0
     """b, an ensemble's weight on its disagreement (:data:`DISAGREEMENT`); 0 for one network."""
-    axes: tuple[float, float, float] = (1.0, 1.0, 1.0)
+    axes: tuple[float, float, float] = UNIT_AXES
     """k, the factors per axis on the network's variance after s and b (:data:`AXIS_FACTORS`)."""
 
     def value(self, name: str) -> float:
@@ -212,6 +214,16 @@ class Point:
     def factors(self) -> np.ndarray:
         """(3,) s·k: what the flights' variances (with an ensemble's disagreement folded in) are multiplied by."""
         return self.scale * np.asarray(self.axes, dtype=np.float64)
+
+    @property
+    def ratio(self) -> float:
+        """b/s: an ensemble's b·d̄ as part of s·(σ̄² + (b/s)·d̄), the ratio its flights are ``folded`` at."""
+        return self.disagreement / self.scale
+
+    def network_neutral(self) -> Point:
+        """This point with the network's fields at their neutral values (s 1, b 0, k 1): how synthetic measurements
+        are scored, whose variance is the known σ² of their noise (a ``--params`` overlay's s is the network's)."""
+        return dataclasses.replace(self, scale=1.0, disagreement=0.0, axes=UNIT_AXES)
 
 
 class Objective:
@@ -291,7 +303,8 @@ FIT_NAMES = (*EKF_FITTABLE, SCALE, DISAGREEMENT, AXIS_FACTORS)
 def check_fit_names(names: Sequence[str]) -> tuple[str, ...]:
     """The ``--fit`` list, checked (unknown or repeated names are a user error), :data:`AXIS_FACTORS` given as its
     three :data:`AXES` (which may also be named one by one)."""
-    out = tuple(a for n in names if n.strip() for a in (AXES if n.strip() == AXIS_FACTORS else (n.strip(),)))
+    given = [n.strip() for n in names if n.strip()]
+    out = tuple(field for n in given for field in (AXES if n == AXIS_FACTORS else (n,)))
     bad = [n for n in out if n not in FITTABLE]
     if bad or not out or len(set(out)) != len(out):
         raise OptionError("--fit", f"need distinct names from {', '.join(FIT_NAMES)}; got {', '.join(names) or 'none'}")

@@ -23,6 +23,7 @@ from .calibrate_fit import (
     DISAGREEMENT,
     OBJECTIVE_UNITS,
     SCALE,
+    UNIT_AXES,
     CalibrationFlight,
     Objective,
     Point,
@@ -109,14 +110,14 @@ def fitted_table(
     objectives: dict[float, Objective] = {}  # by b/s: one pool of workers for both rows of one network
     try:
         for label, point in ((before, start), ("after (fitted)", fitted)):
-            ratio = point.disagreement / point.scale  # an ensemble's b·d̄ as part of s·(σ̄² + (b/s)·d̄)
+            ratio = point.ratio
             data = folded(flights, ratio)
             if ratio not in objectives:
                 objectives[ratio] = Objective(data, kind, workers)
             objective = objectives[ratio]
             if point.disagreement > 0:
                 label += f"; disagreement weight b {point.disagreement:.4g}"
-            if point.axes != (1.0, 1.0, 1.0):
+            if point.axes != UNIT_AXES:
                 label += "; axis factors " + ", ".join(f"{k:.3g}" for k in point.axes)
             if point.config.velocity_noise_floor > 0:
                 label += f"; velocity noise floor {point.config.velocity_noise_floor:.3g} m/s"

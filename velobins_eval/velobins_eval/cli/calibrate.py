@@ -24,7 +24,6 @@ from velobins_eval.calibrate import (
     mode_of,
     run_fit,
     spread,
-    unscaled,
 )
 from velobins_eval.calibrate_allan import BIAS_FIELDS
 from velobins_eval.calibrate_errors import network_lines
@@ -255,7 +254,9 @@ def _calibrate(args: argparse.Namespace, argv: list[str], target) -> int:
         fitted, stages = run_fit(args, inputs, flights, log=print)
     except CalibrationRefused as exc:
         raise CalibrationRefused(f"{exc}; {args.out} was not written") from None
-    scored = (inputs.start, fitted) if inputs.mode != "synthetic" else (unscaled(inputs.start), unscaled(fitted))
+    scored = (inputs.start, fitted)
+    if inputs.mode == "synthetic":  # known-σ measurements: the network's fields of --params do not apply
+        scored = (inputs.start.network_neutral(), fitted.network_neutral())
     table = fitted_table(flights, *scored, args.objective, args.workers, start_label(args))
     net = network_lines(flights, inputs.start.scale, fitted) if inputs.mode != "synthetic" else []
     passes = sum(st.passes for st in stages)
