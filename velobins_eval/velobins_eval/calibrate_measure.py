@@ -32,7 +32,7 @@ import numpy as np
 from velobins_common.errors import OptionError, UserError
 from velobins_data.flight import Flight
 
-from .calibrate_fit import CalibrationFlight
+from .calibrate_fit import UNIT_AXES, CalibrationFlight
 
 SELECTION_SHARE = 0.2
 """Share of each training flight's samples (its end) a fold model validates on to pick its checkpoint."""
@@ -45,7 +45,7 @@ PREDICTIONS_FILE = "predictions.npz"
 def unscaled(pcfg):
     """``pcfg`` (a ``PredictorConfig``) with ``variance_scale`` = 1, ``disagreement_scale`` = 0 and the axis factors
     1: the network's own σ̂² (an ensemble's: the mixture's)."""
-    return dataclasses.replace(pcfg, variance_scale=1.0, disagreement_scale=0.0, axis_variance_factors=(1.0, 1.0, 1.0))
+    return dataclasses.replace(pcfg, variance_scale=1.0, disagreement_scale=0.0, axis_variance_factors=UNIT_AXES)
 
 
 def heldout_measurements(model, flights: Sequence[Flight], pcfg, progress: bool = True) -> list[CalibrationFlight]:
