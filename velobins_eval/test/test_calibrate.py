@@ -23,6 +23,7 @@ from velobins_ekf.config import EkfConfig
 from velobins_ekf.params import load_filter_config
 from velobins_eval.calibrate import fitted_by_likelihood, spread
 from velobins_eval.calibrate_errors import (
+    axis_motion,
     error_persistence_line,
     floor_start,
     network_lines,
@@ -380,6 +381,21 @@ def test_a_fitted_error_faster_than_the_estimates_is_called_a_floor(flights):
     slow = Point(EkfConfig(velocity_error_sigma=2.0, velocity_error_tau=0.5), 30.0)
     assert any("a floor under the network's variance" in line for line in network_lines(flights, 1.0, fast))
     assert not any("floor" in line for line in network_lines(flights, 1.0, slow))
+
+
+def test_the_factor_report_says_how_the_flights_move_along_each_axis(flights):
+    """With axis factors fitted, the report gives the flights' RMS speed per body axis (what the factors follow):
+    a rotation of the true velocity (its norm is the world speed's), pooled inside the per-flight span; without
+    factors there is no such line."""
+    pooled, per_flight = axis_motion(flights)
+    world = np.concatenate([cf.v_true for cf in flights])
+    assert np.sum(pooled**2) == pytest.approx(np.mean(np.sum(world**2, axis=1)), rel=1e-9)
+    assert per_flight.shape == (len(flights), 3)
+    assert np.all(per_flight.min(axis=0) <= pooled + 1e-12) and np.all(pooled <= per_flight.max(axis=0) + 1e-12)
+    fitted = Point(EkfConfig(), 2.0, axes=(0.5, 1.0, 2.0))
+    line = [x for x in network_lines(flights, 1.0, fitted) if "RMS body speed" in x]
+    assert len(line) == 1 and ", ".join(f"{x:.2f}" for x in pooled) + " m/s" in line[0]
+    assert not any("RMS body speed" in x for x in network_lines(flights, 1.0, Point(EkfConfig(), 2.0)))
 
 
 def test_a_noise_floor_is_fitted_from_where_calibrate_starts_it(flights):

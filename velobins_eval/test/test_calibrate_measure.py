@@ -134,6 +134,7 @@ def test_heldout_mode_fits_axis_factors_after_the_scale(dirs, tiny_checkpoint, t
     assert len(pcfg.axis_variance_factors) == 3 and pcfg.axis_variance_factors != (1.0, 1.0, 1.0)
     assert "axis_variance_factors: [" in out.read_text() and "; axis factors " in printed
     assert "per axis (x, y, z): its own errors' best s" in printed
+    assert "per axis (x, y, z): these flights' RMS body speed" in printed
 
 
 def test_cross_fit_mode_trains_folds_reuses_them_and_refuses_a_foreign_folds_dir(
