@@ -24,8 +24,10 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy.spatial.transform import Rotation
+from axis_scale_probe import ESTIMATE_COLUMNS, VAR_COLUMNS  # this folder: the saved estimates' columns
 from scipy.stats import spearmanr
+
+from velobins_eval.metrics import GroundTruthAt
 
 AXES = "xyz"
 
@@ -40,16 +42,20 @@ def flight_updates(evaluation: Path) -> dict[str, pd.DataFrame]:
 
 
 def body_truth(u: pd.DataFrame) -> np.ndarray:
-    """(N, 3) true velocity in the body frame: the world-frame ``gt_v*`` rotated by the inverse of ``gt_q*``."""
-    rot = Rotation.from_quat(u[["gt_qx", "gt_qy", "gt_qz", "gt_qw"]].to_numpy())
-    return rot.inv().apply(u[["gt_vx", "gt_vy", "gt_vz"]].to_numpy())
+    """(N, 3) true velocity in the body frame, from the saved world-frame ground truth ``gt_*`` (``velobins
+    evaluate``'s own :attr:`GroundTruthAt.body_velocity`)."""
+
+    def saved(prefix: str, axes: str = "xyz") -> np.ndarray:
+        return u[[f"{prefix}{a}" for a in axes]].to_numpy()
+
+    return GroundTruthAt(u.t.to_numpy(), saved("gt_p"), saved("gt_q", "xyzw"), saved("gt_v")).body_velocity
 
 
 def axis_figures(u: pd.DataFrame) -> dict[str, np.ndarray]:
     """Per body axis (3,): RMS true velocity ``motion``, RMS network error ``error``, own scale mean(e²/var)."""
     truth = body_truth(u)
-    err = u[["net_vx", "net_vy", "net_vz"]].to_numpy() - truth
-    var = u[["net_var_x", "net_var_y", "net_var_z"]].to_numpy()
+    err = u[ESTIMATE_COLUMNS].to_numpy() - truth
+    var = u[VAR_COLUMNS].to_numpy()
     return {
         "motion": np.sqrt(np.mean(truth**2, axis=0)),
         "error": np.sqrt(np.mean(err**2, axis=0)),

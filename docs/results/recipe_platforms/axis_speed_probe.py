@@ -59,11 +59,11 @@ def main(args: list[str]) -> int:
         ave, nll, inside = fits[(k, c)] = replay_mean(cal, cal_saved, speed_variances(k, c, axes), config)
         print(f"cal k {k:g} c {c:g}: fused AVE {ave:.4f}, NLL {nll:.4f}, in {inside:.1%}")
     best = min(fits, key=lambda key: fits[key][1])
-    for label, (k, c) in (("none", (1.0, 0.0)), ("fitted", best)):
+    for label, (k, c) in (("none", (1.0, 0.0)), ("fitted", best)):  # (1, 0) is on the grid
         ave, nll, inside = replay_mean(test, test_saved, speed_variances(k, c, axes), config)
         print(
             f"test {label} (k {k:g}, c {c:g}{', z only' if z_only else ''}): fused AVE {ave:.4f}, posterior NLL"
-            f" {nll:.4f}, in bounds {inside:.1%} (cal NLL {fits.get((k, c), (0, float('nan')))[1]:.4f})"
+            f" {nll:.4f}, in bounds {inside:.1%} (cal NLL {fits[(k, c)][1]:.4f})"
         )
     return 0
 
