@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from axis_scale_probe import ESTIMATE_COLUMNS, VAR_COLUMNS  # this folder: the saved estimates' columns
+from axis_scale_probe import ESTIMATE_COLUMNS, VAR_COLUMNS, _fail  # this folder: the saved columns, exit 2
 from scipy.stats import spearmanr
 
 from velobins_eval.metrics import GroundTruthAt
@@ -37,7 +37,7 @@ def flight_updates(evaluation: Path) -> dict[str, pd.DataFrame]:
     line naming the folder when it holds none."""
     found = sorted(evaluation.glob("estimates/*/*/updates.csv"))
     if not found:
-        sys.exit(f"axis_by_flight: no {evaluation}/estimates/*/*/updates.csv (run velobins evaluate first)")
+        sys.exit(_fail(f"no {evaluation}/estimates/*/*/updates.csv (run velobins evaluate first)"))
     return {path.parent.parent.name: pd.read_csv(path) for path in found}
 
 
@@ -64,17 +64,18 @@ def axis_figures(u: pd.DataFrame) -> dict[str, np.ndarray]:
 
 
 def main(folders: list[str]) -> int:
+    loaded = [(Path(folder).name, flight_updates(Path(folder))) for folder in folders]  # every folder, or one line
     rows = []
     header = "flight | motion x/y/z [m/s] | error x/y/z [m/s] | own scale x/y/z | own y/x | motion y/x"
     print(header)
     print("|".join("---" for _ in header.split("|")))
-    for folder in folders:
-        for name, u in flight_updates(Path(folder)).items():
+    for folder, updates in loaded:
+        for name, u in updates.items():
             f = axis_figures(u)
             own_ratio, motion_ratio = f["own"][1] / f["own"][0], f["motion"][1] / f["motion"][0]
             rows.append((f["own"], f["motion"], own_ratio, motion_ratio))
             print(
-                f"{Path(folder).name}/{name} | "
+                f"{folder}/{name} | "
                 + " ".join(f"{v:.3f}" for v in f["motion"])
                 + " | "
                 + " ".join(f"{v:.3f}" for v in f["error"])
