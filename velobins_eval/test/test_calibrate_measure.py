@@ -111,7 +111,8 @@ def test_heldout_mode_fits_filter_and_variance_scale(dirs, tiny_checkpoint, tmp_
 
 def test_heldout_mode_fits_axis_factors_after_the_scale(dirs, tiny_checkpoint, tmp_path, capsys):
     """``--fit variance_scale,axis_variance_factors``: s first, then the three factors with s held, each with its
-    uncertainty; the overlay carries s and the factors as the list the predictor reads."""
+    uncertainty; the overlay carries s and the factors as the list the predictor reads. One held-out flight: the
+    check by folds of flights does not run, and says so."""
     out = tmp_path / "overlay.yaml"
     argv = ["calibrate", "--dataset", "csv", "--checkpoint", str(tiny_checkpoint), "--heldout", str(dirs["heldout"])]
     argv += [
@@ -135,6 +136,7 @@ def test_heldout_mode_fits_axis_factors_after_the_scale(dirs, tiny_checkpoint, t
     assert "axis_variance_factors: [" in out.read_text() and "; axis factors " in printed
     assert "per axis (x, y, z): its own errors' best s" in printed
     assert "per axis (x, y, z): these flights' RMS body speed" in printed
+    assert "not checked by folds of flights: one flight" in printed  # the check needs two (test_calibrate_folds.py)
 
 
 def test_cross_fit_mode_trains_folds_reuses_them_and_refuses_a_foreign_folds_dir(

@@ -51,6 +51,7 @@ from .calibrate_fit import (
     point_at,
     synthetic_measurements,
 )
+from .calibrate_folds import check_folds, kept
 from .calibrate_search import SIMPLEX_STEP, fit_noise
 from .calibrate_uncertainty import BLOCK_S, curvature
 
@@ -351,10 +352,29 @@ def axis_stage(flights: list, point: Point, names: Sequence[str], args: argparse
     """The axis factors ``names`` (of :data:`AXES`) on the network's estimates with s and b held at ``point``'s (an
     ensemble's disagreement folded in at b/s): how the fitted R = s·σ̂² + b·d̄ is shared between the body axes. s and
     k are not separable (s·k is what counts), so they are fitted in turn, s first, which keeps s the overall scale
-    and k near 1 where the network's σ̂ already balances its axes (docs/calibrate.md, "Per-axis factors")."""
+    and k near 1 where the network's σ̂ already balances its axes (docs/calibrate.md, "Per-axis factors").
+
+    Then, with ``--axis-folds`` K ≥ 2 and two flights or more, the check by folds of flights
+    (:mod:`velobins_eval.calibrate_folds`): where factors fitted on the other flights raise the held-out flights'
+    objective, the stage keeps ``point``'s factors and says why."""
     data = folded(flights, point.ratio)
     label = f"per-axis variance factors on its estimates (s {point.scale:.4g}, b {point.disagreement:.4g} held)"
-    return run_stage(label, data, point, names, args, log)
+    stage = run_stage(label, data, point, names, args, log)
+    if args.axis_folds == 0 or len(data) < 2:
+        if args.axis_folds:
+            stage.lines.append("not checked by folds of flights: one flight")
+        return stage
+
+    def fit(rest: list, i: int) -> tuple[Point, int]:
+        st = run_stage(f"{label}, fold {i} held out", rest, point, names, args, log, uncertainty=False)
+        return st.point, st.passes
+
+    check = check_folds(data, point, names, args.axis_folds, fit, args.objective, args.workers)
+    final = kept(point, check, stage.point)
+    values = {n: final.value(n) for n in names}
+    return dataclasses.replace(
+        stage, point=final, values=values, passes=stage.passes + check.passes, lines=stage.lines + check.lines()
+    )
 
 
 def fitted_values(stages: list[Stage]) -> dict[str, float]:

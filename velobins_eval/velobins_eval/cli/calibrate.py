@@ -41,6 +41,7 @@ from velobins_eval.calibrate_fit import (
     Point,
     check_fit_names,
 )
+from velobins_eval.calibrate_folds import DEFAULT_FOLDS
 from velobins_eval.calibrate_report import fitted_table, overlay_header, overlay_text, predictor_values, stage_lines
 
 from .options import add_allow_option, add_output_file_option
@@ -109,6 +110,14 @@ def build_parser() -> argparse.ArgumentParser:
         f"{DISAGREEMENT} too when that network is an ensemble; {AXIS_FACTORS}, three factors x, y, z on the "
         "network's variance, are fitted after them with s and b held)",
     )
+    fit.add_argument(
+        "--axis-folds",
+        type=int,
+        default=DEFAULT_FOLDS,
+        metavar="K",
+        help=f"check fitted {AXIS_FACTORS} in K folds of the flights (fitted on the others, scored on each) and keep "
+        f"them only where they lower the held-out objective (default {DEFAULT_FOLDS}; 0: keep the fit unchecked)",
+    )
     fit.add_argument("--grid-points", type=int, default=4, help="coarse grid values per density (1: no grid)")
     fit.add_argument("--max-evals", type=int, default=60, help="filter passes per refinement, at most")
     fit.add_argument("--workers", type=int, default=1, help="processes that run the filter over the flights")
@@ -119,6 +128,8 @@ def build_parser() -> argparse.ArgumentParser:
 def check_args(args: argparse.Namespace) -> None:
     """Option errors a user can fix, before any work (:class:`~velobins_common.errors.OptionError`: exit 2)."""
     mode = mode_of(args)
+    if args.axis_folds < 0 or args.axis_folds == 1:
+        raise OptionError("--axis-folds", f"must be 0 (no check) or >= 2 folds, got {args.axis_folds}")
     if mode == "heldout":
         if args.checkpoint is None:
             raise OptionError("--heldout", "needs --checkpoint (the network whose estimates are calibrated)")

@@ -1,0 +1,77 @@
+"""The check by folds of flights of ``calibrate``'s per-axis factors (calibrate_folds), through the stage that runs
+it (``calibrate.axis_stage``), on conftest's two short simulated flights with measurement noise misstated per axis:
+kept where every flight shares the misstatement, set back to the start's where the flights disagree."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+import numpy as np
+import pytest
+
+from velobins_data.sim.presets import get_preset
+from velobins_ekf.config import EkfConfig
+from velobins_eval.calibrate import axis_stage
+from velobins_eval.calibrate_fit import AXES, Point
+from velobins_eval.calibrate_folds import fold_indices
+
+
+def test_folds_hold_out_every_flight_once_in_name_order():
+    names = ["c", "a", "e", "b", "d"]
+    folds = fold_indices(names, 2)
+    assert [[names[i] for i in f] for f in folds] == [["c", "a", "e"], ["b", "d"]]  # a c e | b d, by position
+    assert sorted(i for f in folds for i in f) == list(range(5))
+    assert fold_indices(names, 5) == [[1], [3], [0], [4], [2]]
+
+
+@pytest.fixture(scope="module")
+def filter_point() -> Point:
+    """The simulator's IMU noise, s 1, factors 1: the stage's start."""
+    truth = get_preset("nano").imu
+    cfg = dataclasses.replace(EkfConfig(), acc_noise_density=truth.acc_density, gyro_noise_density=truth.gyro_density)
+    return Point(cfg, 1.0)
+
+
+def skewed(flights, factors, seed: int = 3):
+    """The flights with measurement noise 0.05·√k of ``factors[i]`` (3,) per axis on flight i (stated σ 0.05)."""
+    rng = np.random.default_rng(seed)
+    return [
+        dataclasses.replace(cf, z=cf.v_body_true + 0.05 * np.sqrt(k) * rng.standard_normal(cf.z.shape))
+        for cf, k in zip(flights, factors, strict=True)
+    ]
+
+
+def stage_args(folds: int) -> argparse.Namespace:
+    """The options ``axis_stage`` reads, at a coarse search."""
+    return argparse.Namespace(objective="posterior", workers=1, grid_points=1, max_evals=25, axis_folds=folds)
+
+
+def test_factors_every_flight_shares_carry_over_and_are_kept(calibration_flights, filter_point):
+    """x stated 4 times too wide and z 4 times too narrow on both flights: the factors fitted on one flight lower
+    the other's NLL, so the fit on both is kept."""
+    flights = skewed(calibration_flights, [np.array([0.25, 1.0, 4.0])] * 2)
+    stage = axis_stage(flights, filter_point, AXES, stage_args(2), lambda _: None)
+    text = "\n".join(stage.lines)
+    assert "held out by flight (2 folds" in text and "they carry over, so the fit on every flight is kept" in text
+    axes = stage.point.axes
+    assert axes[0] < 1.0 < axes[2], axes
+    assert stage.values == dict(zip(AXES, axes, strict=True))
+
+
+def test_factors_the_flights_disagree_on_stay_at_the_start(calibration_flights, filter_point):
+    """Flight 0's noise 4 times its stated variance on x and z, flight 1's as stated: the factors fitted on flight 0
+    over-inflate flight 1, those fitted on flight 1 leave flight 0 as the start does, so the held-out NLL rises and
+    the stage keeps the start's factors, saying so. Unchecked (``--axis-folds 0``) the fit on both is kept."""
+    flights = skewed(calibration_flights, [np.array([4.0, 1.0, 4.0]), np.ones(3)])
+    checked = axis_stage(flights, filter_point, AXES, stage_args(2), lambda _: None)
+    text = "\n".join(checked.lines)
+    assert "they do not carry over, so the factors stay at the start's 1, 1, 1" in text, text
+    assert checked.point.axes == (1.0, 1.0, 1.0) and checked.values == dict.fromkeys(AXES, 1.0)
+    held = [line for line in checked.lines if line.startswith("  held out, ")]
+    before, after = (float(x) for x in held[0].split(": ")[1].split(" nats")[0].split(" -> "))
+    assert after > before
+    unchecked = axis_stage(flights, filter_point, AXES, stage_args(0), lambda _: None)
+    assert not any("held out by flight" in line for line in unchecked.lines)
+    assert unchecked.point.axes[0] > 1.3 and unchecked.point.axes[2] > 1.3, unchecked.point.axes
+    assert unchecked.passes < checked.passes

@@ -1,0 +1,144 @@
+"""Whether fitted per-axis variance factors carry over from flights to flights: a check by folds of flights.
+
+The per-axis factors (``axis_variance_factors``) follow how the flights move along each axis, the vertical most
+(docs/calibrate.md §2): on one simulated vehicle the factors its nine calibration flights gave cost its test flights
+4 % of fused AVE and 0.16 nats of NLL per update, where the same factors' by-flight uncertainty looked moderate.
+This asks the calibration flights themselves: split them into K folds (flights sorted by name, fold i every K-th
+from the i-th), fit the factors on the other folds the way the stage fits them on all, and score each fold, never
+used in its own fit, at those factors and at the stage's start (the factors of ``--params``, 1 by default). The
+factors carry over when the held-out objective per update is lower at the folds' factors: K-fold cross-validation
+of "factors" against "no factors", with whole flights as the units, since the updates of one flight share its
+style. Each fold fits on (K−1)/K of the flights, so the check is harder on the factors than the fit on every
+flight would be on flights it never saw; it says whether flights like these pin the factors down, not whether
+flights of another kind will.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from .calibrate_fit import AXES, CalibrationFlight, Objective, Point
+
+DEFAULT_FOLDS = 3
+"""Folds of the check (``--axis-folds``): each fold fits on two thirds of the flights; 0 skips the check."""
+
+
+def fold_indices(names: Sequence[str], k: int) -> list[list[int]]:
+    """Indices of ``names`` in ``k`` folds: sorted by name, fold i every k-th from the i-th (k ≤ len(names))."""
+    order = sorted(range(len(names)), key=lambda i: names[i])
+    return [sorted(order[i::k]) for i in range(k)]
+
+
+@dataclass
+class Fold:
+    """One fold of the check."""
+
+    held: tuple[str, ...]
+    """The flights held out (scored, not fitted on)."""
+    axes: tuple[float, float, float]
+    """The factors fitted on the other flights."""
+    at_start: float
+    """The held-out flights' objective summed over their updates, at the start's factors."""
+    at_fit: float
+    """The same at :attr:`axes`."""
+    updates: int
+
+
+@dataclass
+class FoldCheck:
+    """The check's folds and its verdict."""
+
+    folds: list[Fold]
+    start: tuple[float, float, float]
+    """The factors the stage started from (and keeps when the fitted ones do not carry over)."""
+    passes: int
+    """Filter passes over all flights the check took (its fits, on fewer flights each, counted as fractions)."""
+    unit: str = "nats/update"
+
+    @property
+    def updates(self) -> int:
+        return sum(f.updates for f in self.folds)
+
+    @property
+    def at_start(self) -> float:
+        """Held-out objective per update at the start's factors."""
+        return sum(f.at_start for f in self.folds) / self.updates
+
+    @property
+    def at_fit(self) -> float:
+        """Held-out objective per update at the factors fitted without each fold."""
+        return sum(f.at_fit for f in self.folds) / self.updates
+
+    @property
+    def carries(self) -> bool:
+        return self.at_fit < self.at_start
+
+    def lines(self) -> list[str]:
+        """The check's report: one line per fold and the verdict."""
+        start = ", ".join(f"{k:.3g}" for k in self.start)
+        out = [
+            f"held out by flight ({len(self.folds)} folds; the factors fitted on the other flights, scored on the "
+            f"fold at them and at the start's {start}):"
+        ]
+        for f in self.folds:
+            out.append(
+                f"  {', '.join(f.held)}: factors {', '.join(f'{k:.3g}' for k in f.axes)}; "
+                f"{f.at_start / f.updates:.4f} -> {f.at_fit / f.updates:.4f} {self.unit}"
+            )
+        verdict = (
+            "they carry over, so the fit on every flight is kept"
+            if self.carries
+            else f"they do not carry over, so the factors stay at the start's {start} (--axis-folds 0 keeps the "
+            "fit unchecked; docs/calibrate.md §2)"
+        )
+        out.append(
+            f"  held out, {self.updates} updates: {self.at_start:.4f} -> {self.at_fit:.4f} {self.unit}: {verdict}"
+        )
+        return out
+
+
+def check_folds(
+    flights: Sequence[CalibrationFlight],
+    start: Point,
+    names: Sequence[str],
+    k: int,
+    fit: Callable[[list[CalibrationFlight], int], tuple[Point, int]],
+    kind: str,
+    workers: int = 1,
+) -> FoldCheck:
+    """The check of ``names`` (of :data:`AXES`) on ``flights`` (an ensemble's disagreement already folded in) in
+    ``min(k, len(flights))`` folds (at least 2 flights). ``fit(other flights, fold index)`` fits the factors on
+    them from ``start`` the way the stage does and gives (the fitted point, its filter passes); each held-out fold
+    is scored by the objective ``kind``."""
+    if len(flights) < 2:
+        raise ValueError("check_folds needs two flights or more")
+    total = sum(cf.flight.duration for cf in flights)
+    folds, passes = [], 0.0
+    for i, held in enumerate(fold_indices([cf.flight.name for cf in flights], min(k, len(flights)))):
+        scored = [flights[j] for j in held]
+        rest = [cf for j, cf in enumerate(flights) if j not in held]
+        point, fit_passes = fit(rest, i)
+        objective = Objective(scored, kind, workers)
+        try:
+            at_start, at_fit = (objective.terms(p) for p in (start, point))
+        finally:
+            objective.close()
+        axes = tuple(point.value(n) if n in names else start.axes[a] for a, n in enumerate(AXES))
+        folds.append(
+            Fold(
+                tuple(cf.flight.name for cf in scored), axes,
+                float(sum(t.sum() for _, t in at_start)), float(sum(t.sum() for _, t in at_fit)),
+                sum(len(t) for _, t in at_start),
+            )
+        )  # fmt: skip
+        share = sum(cf.flight.duration for cf in scored) / total
+        passes += fit_passes * (1.0 - share) + 2.0 * share
+    return FoldCheck(folds, tuple(start.axes), round(passes))
+
+
+def kept(start: Point, check: FoldCheck | None, fitted: Point) -> Point:
+    """``fitted``, or with ``start``'s factors where the check says the fitted ones do not carry over."""
+    if check is None or check.carries:
+        return fitted
+    return Point(fitted.config, fitted.scale, fitted.disagreement, tuple(start.axes))
