@@ -56,7 +56,7 @@ def test_factors_every_flight_shares_carry_over_and_are_kept(calibration_flights
     assert "held out by flight (2 folds" in text and "they carry over, so the fit on every flight is kept" in text
     axes = stage.point.axes
     assert axes[0] < 1.0 < axes[2], axes
-    assert stage.values == dict(zip(AXES, axes, strict=True))
+    assert stage.values == dict(zip(AXES, axes, strict=True)) and "kept at the start's" not in stage.label
 
 
 def test_factors_the_flights_disagree_on_stay_at_the_start(calibration_flights, filter_point):
@@ -68,6 +68,7 @@ def test_factors_the_flights_disagree_on_stay_at_the_start(calibration_flights, 
     text = "\n".join(checked.lines)
     assert "they do not carry over, so the factors stay at the start's 1, 1, 1" in text, text
     assert checked.point.axes == (1.0, 1.0, 1.0) and checked.values == dict.fromkeys(AXES, 1.0)
+    assert checked.label.endswith("kept at the start's by the check by folds of flights")
     held = [line for line in checked.lines if line.startswith("  held out, ")]
     before, after = (float(x) for x in held[0].split(": ")[1].split(" nats")[0].split(" -> "))
     assert after > before

@@ -371,9 +371,13 @@ def axis_stage(flights: list, point: Point, names: Sequence[str], args: argparse
 
     check = check_folds(data, point, names, args.axis_folds, fit, args.objective, args.workers)
     final = kept(point, check, stage.point)
-    values = {n: final.value(n) for n in names}
     return dataclasses.replace(
-        stage, point=final, values=values, passes=stage.passes + check.passes, lines=stage.lines + check.lines()
+        stage,
+        label=stage.label if check.carries else f"{label}, kept at the start's by the check by folds of flights",
+        point=final,
+        values={n: final.value(n) for n in names},
+        passes=stage.passes + check.passes,
+        lines=stage.lines + check.lines(),
     )
 
 
