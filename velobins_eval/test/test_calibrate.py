@@ -270,6 +270,8 @@ def test_cli_synthetic_end_to_end(data_dir, tmp_path, capsys):
         (["--cross-fit", "2", "--fit", "acc_noise_density", "--objective", "accuracy"], "--objective: accuracy"),
         (["--objective", "crps"], "--objective: crps fits the network's fields only"),
         (["--workers", "0"], "--workers"),
+        (["--axis-folds", "1"], "--axis-folds: must be 0 \\(no check\\) or >= 2"),
+        (["--axis-folds", "-2"], "--axis-folds"),
         (["--fit", AXIS_FACTORS], "needs network estimates"),
         (["--cross-fit", "2", "--imu-noise", "network", "--fit", f"{SCALE},{AXIS_FACTORS}"], "not with --imu-noise"),
     ],

@@ -1,0 +1,155 @@
+"""Item 42 of README.md: would a check across flights tell, on the calibration flights alone, whether the per-axis
+variance factors carry over to the flights one will fly?
+
+Item 41 found the factors fitted on ``nano``'s nine calibration flights costing its test flights fused AVE, and
+those of NanoBench's nine helping its val flights. This splits the calibration flights into K folds (flights
+sorted by name, fold i every K-th from i), fits the three factors on the other folds by ``calibrate``'s objective
+(the fused velocity's posterior NLL per update, replayed offline from the estimates ``velobins evaluate`` saved with
+the factors at 1), and scores each held-out fold at its fold's factors and at 1. A sum over the held-out folds
+that is lower at the fold factors says the factors carry from flights to flights like these; then the test
+flights (an outside check, never used to decide) are scored at 1 and at the factors fitted on every calibration
+flight. Usage:
+
+    python axis_cross_check.py FILTER.yaml... -- CAL_FLIGHTS CAL_EVAL TEST_FLIGHTS TEST_EVAL [--folds K]
+        [--dataset csv|nanobench]
+
+FILTER.yaml are the parameter files of the evaluations (the IMU overlay, then the run's overlay).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from axis_scale_probe import ESTIMATE_COLUMNS, VAR_COLUMNS, _fail, flights_in, saved_updates
+from scipy.optimize import minimize
+
+from velobins_common.stats import gaussian_nll_samples, nees
+from velobins_data.flight import Flight
+from velobins_ekf.offline import run_offline
+from velobins_eval.evaluate import ground_truth_state, load_ekf_config
+from velobins_eval.metrics import nees_summary
+from velobins_eval.scoring import GroundTruth
+
+STEP = 0.3
+"""First simplex step [decades] of the Nelder–Mead search in log10 factors (a factor 2)."""
+LIMIT = 2.0
+"""|log10 factor| the search keeps within (``calibrate``'s own limits are wider; none of the fits here reach it)."""
+
+
+class Replays:
+    """Each flight's fused velocity per update at a set of log10 factors, cached (a flight's filter does not
+    depend on the other flights', so a fold's objective is a sum of these)."""
+
+    def __init__(self, flights: dict[str, Flight], saved: dict[str, pd.DataFrame], config) -> None:
+        self.flights, self.saved, self.config = flights, saved, config
+        self.cache: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+
+    def errors(self, name: str, z: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(fused errors (M, 3), covariances (M, 3, 3), fused AVE terms (M,)) of flight ``name`` at 10^z."""
+        key = (name, *np.round(z, 6))
+        if key not in self.cache:
+            seq, u = self.flights[name], self.saved[name]
+            var = u[VAR_COLUMNS].to_numpy() * 10.0 ** np.asarray(z)
+            res = run_offline(
+                seq.t, seq.acc, seq.gyro, u.t.to_numpy(), u[ESTIMATE_COLUMNS].to_numpy(),
+                np.einsum("ni,ij->nij", var, np.eye(3)), init_state=ground_truth_state(seq), config=self.config,
+            )  # fmt: skip
+            ups = [x for x in res.updates if x.accepted]
+            stamps = np.array([x.stamp for x in ups])
+            err = np.array([x.vel_world for x in ups]) - GroundTruth.of(seq).at(stamps).v
+            cov = np.array([x.vel_world_cov for x in ups])
+            self.cache[key] = (err, cov, np.linalg.norm(err, axis=1))
+        return self.cache[key]
+
+    def nll(self, names: list[str], z: np.ndarray) -> tuple[float, int]:
+        """(summed posterior NLL, updates) over ``names`` at 10^z."""
+        terms = [self.errors(n, z) for n in names]
+        return float(sum(gaussian_nll_samples(e, c).sum() for e, c, _ in terms)), sum(len(e) for e, _, _ in terms)
+
+    def figures(self, names: list[str], z: np.ndarray) -> tuple[float, float, float]:
+        """(fused AVE, posterior NLL, NEES share in bounds) at 10^z, means over the flights ``names`` as
+        ``velobins evaluate`` gives them."""
+        per_flight = []
+        for name in names:
+            err, cov, norms = self.errors(name, z)
+            inside = nees_summary(nees(err, cov)).in_bounds
+            per_flight.append((norms.mean(), gaussian_nll_samples(err, cov).mean(), inside))
+        return tuple(float(x) for x in np.mean(per_flight, axis=0))
+
+    def fit(self, names: list[str]) -> np.ndarray:
+        """log10 factors minimising the NLL per update over ``names`` (Nelder–Mead from 0, within ±LIMIT)."""
+
+        def objective(z: np.ndarray) -> float:
+            if np.any(np.abs(z) > LIMIT):
+                return np.inf
+            total, n = self.nll(names, z)
+            return total / n
+
+        simplex = np.vstack([np.zeros(3), STEP * np.eye(3)])
+        res = minimize(objective, np.zeros(3), method="Nelder-Mead",
+                       options={"initial_simplex": simplex, "xatol": 0.01, "fatol": 1e-5, "maxfev": 150})  # fmt: skip
+        return res.x
+
+
+def folds_of(names: list[str], k: int) -> list[list[str]]:
+    """K folds of the flights sorted by name: fold i holds every K-th flight from the i-th."""
+    ordered = sorted(names)
+    return [ordered[i::k] for i in range(k)]
+
+
+def factors(z: np.ndarray) -> str:
+    return "(" + ", ".join(f"{10.0**v:.3g}" for v in z) + ")"
+
+
+def main(args: list[str]) -> int:
+    k = 3
+    kind = "csv"
+    for flag in ("--folds", "--dataset"):
+        if flag in args:
+            i = args.index(flag)
+            if flag == "--folds":
+                k = int(args[i + 1])
+            else:
+                kind = args[i + 1]
+            args = args[:i] + args[i + 2 :]
+    if "--" not in args or len(args) - args.index("--") != 5:
+        sys.exit(__doc__)
+    split = args.index("--")
+    config = load_ekf_config([Path(p) for p in args[:split]])
+    cal_dir, cal_eval, test_dir, test_eval = (Path(p) for p in args[split + 1 :])
+    cal, test = flights_in(cal_dir, kind), flights_in(test_dir, kind)
+    if len(cal) < k:
+        return _fail(f"{cal_dir}: {len(cal)} flights for {k} folds")
+    replays = Replays(cal, saved_updates(cal_eval, cal), config)
+    unit = np.zeros(3)
+    held_fit = held_unit = 0.0
+    updates = 0
+    for i, fold in enumerate(folds_of(list(cal), k)):
+        rest = [n for n in cal if n not in fold]
+        z = replays.fit(rest)
+        at_fit, n = replays.nll(fold, z)
+        at_unit, _ = replays.nll(fold, unit)
+        held_fit, held_unit, updates = held_fit + at_fit, held_unit + at_unit, updates + n
+        print(
+            f"fold {i} ({', '.join(fold)}): factors {factors(z)} from the other {len(rest)} flights; held-out NLL"
+            f" {at_unit / n:.4f} at 1 -> {at_fit / n:.4f}",
+            flush=True,
+        )
+    gain = (held_unit - held_fit) / updates
+    verdict = "carry over" if gain > 0 else "do not carry over"
+    before, after = held_unit / updates, held_fit / updates
+    print(f"held out, {updates} updates: NLL {before:.4f} at 1 -> {after:.4f}: the factors {verdict}")
+    z_all = replays.fit(list(cal))
+    print(f"every calibration flight: factors {factors(z_all)}, NLL {replays.figures(list(cal), z_all)[1]:.4f}")
+    outside = Replays(test, saved_updates(test_eval, test), config)
+    for label, z in (("1", unit), (factors(z_all), z_all)):
+        ave, nll, inside = outside.figures(list(test), z)
+        print(f"test flights at {label}: fused AVE {ave:.4f}, NLL {nll:.4f}, in bounds {inside:.1%}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
