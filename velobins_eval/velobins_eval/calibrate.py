@@ -369,7 +369,7 @@ def axis_stage(flights: list, point: Point, names: Sequence[str], args: argparse
         st = run_stage(f"{label}, fold {i} held out", rest, point, names, args, log, uncertainty=False)
         return st.point, st.passes
 
-    check = check_folds(data, point, names, args.axis_folds, fit, args.objective, args.workers)
+    check = check_folds(data, point, args.axis_folds, fit, args.objective, args.workers)
     final = kept(point, check, stage.point)
     return dataclasses.replace(
         stage,

@@ -15,10 +15,11 @@ flights of another kind will.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from .calibrate_fit import AXES, CalibrationFlight, Objective, Point
+from .calibrate_fit import CalibrationFlight, Objective, Point
 
 DEFAULT_FOLDS = 3
 """Folds of the check (``--axis-folds``): each fold fits on two thirds of the flights; 0 skips the check."""
@@ -101,13 +102,12 @@ class FoldCheck:
 def check_folds(
     flights: Sequence[CalibrationFlight],
     start: Point,
-    names: Sequence[str],
     k: int,
     fit: Callable[[list[CalibrationFlight], int], tuple[Point, int]],
     kind: str,
     workers: int = 1,
 ) -> FoldCheck:
-    """The check of ``names`` (of :data:`AXES`) on ``flights`` (an ensemble's disagreement already folded in) in
+    """The check of the factors ``fit`` fits, on ``flights`` (an ensemble's disagreement already folded in), in
     ``min(k, len(flights))`` folds (at least 2 flights). ``fit(other flights, fold index)`` fits the factors on
     them from ``start`` the way the stage does and gives (the fitted point, its filter passes); each held-out fold
     is scored by the objective ``kind``."""
@@ -124,10 +124,9 @@ def check_folds(
             at_start, at_fit = (objective.terms(p) for p in (start, point))
         finally:
             objective.close()
-        axes = tuple(point.value(n) if n in names else start.axes[a] for a, n in enumerate(AXES))
         folds.append(
             Fold(
-                tuple(cf.flight.name for cf in scored), axes,
+                tuple(cf.flight.name for cf in scored), tuple(point.axes),
                 float(sum(t.sum() for _, t in at_start)), float(sum(t.sum() for _, t in at_fit)),
                 sum(len(t) for _, t in at_start),
             )
@@ -137,8 +136,6 @@ def check_folds(
     return FoldCheck(folds, tuple(start.axes), round(passes))
 
 
-def kept(start: Point, check: FoldCheck | None, fitted: Point) -> Point:
+def kept(start: Point, check: FoldCheck, fitted: Point) -> Point:
     """``fitted``, or with ``start``'s factors where the check says the fitted ones do not carry over."""
-    if check is None or check.carries:
-        return fitted
-    return Point(fitted.config, fitted.scale, fitted.disagreement, tuple(start.axes))
+    return fitted if check.carries else dataclasses.replace(fitted, axes=start.axes)

@@ -29,6 +29,7 @@ from scipy.optimize import minimize
 from velobins_common.stats import gaussian_nll_samples, nees
 from velobins_data.flight import Flight
 from velobins_ekf.offline import run_offline
+from velobins_eval.calibrate_folds import fold_indices
 from velobins_eval.evaluate import ground_truth_state, load_ekf_config
 from velobins_eval.metrics import nees_summary
 from velobins_eval.scoring import GroundTruth
@@ -94,12 +95,6 @@ class Replays:
         return res.x
 
 
-def folds_of(names: list[str], k: int) -> list[list[str]]:
-    """K folds of the flights sorted by name: fold i holds every K-th flight from the i-th."""
-    ordered = sorted(names)
-    return [ordered[i::k] for i in range(k)]
-
-
 def factors(z: np.ndarray) -> str:
     return "(" + ", ".join(f"{10.0**v:.3g}" for v in z) + ")"
 
@@ -127,7 +122,9 @@ def main(args: list[str]) -> int:
     unit = np.zeros(3)
     held_fit = held_unit = 0.0
     updates = 0
-    for i, fold in enumerate(folds_of(list(cal), k)):
+    names = list(cal)
+    for i, held in enumerate(fold_indices(names, k)):  # calibrate's own folds
+        fold = [names[j] for j in held]
         rest = [n for n in cal if n not in fold]
         z = replays.fit(rest)
         at_fit, n = replays.nll(fold, z)
