@@ -2,7 +2,8 @@
 
 The per-axis factors (``axis_variance_factors``) follow how the flights move along each axis, the vertical most
 (docs/calibrate.md §2): on one simulated vehicle the factors its nine calibration flights gave cost its test flights
-4 % of fused AVE and 0.16 nats of NLL per update, where the same factors' by-flight uncertainty looked moderate.
+4 % of fused AVE and 0.15 nats of fused NLL, and the factors' by-flight uncertainty alone does not say whether
+to keep them.
 This asks the calibration flights themselves: split them into K folds (flights sorted by name, fold i every K-th
 from the i-th), fit the factors on the other folds the way the stage fits them on all, and score each fold, never
 used in its own fit, at those factors and at the stage's start (the factors of ``--params``, 1 by default). The
