@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -17,12 +18,27 @@ from velobins_eval.calibrate_fit import AXES, Point
 from velobins_eval.calibrate_folds import fold_indices
 
 
-def test_folds_hold_out_every_flight_once_in_name_order():
-    names = ["c", "a", "e", "b", "d"]
-    folds = fold_indices(names, 2)
-    assert [[names[i] for i in f] for f in folds] == [["c", "a", "e"], ["b", "d"]]  # a c e | b d, by position
+def flights_of(durations: dict[str, float]) -> list[SimpleNamespace]:
+    """Stand-ins with what the fold rule reads of a flight: its name and duration."""
+    return [SimpleNamespace(name=n, duration=d) for n, d in durations.items()]
+
+
+def test_folds_balance_duration_and_hold_out_every_flight_once():
+    flights = flights_of({"c": 30.0, "a": 10.0, "e": 25.0, "b": 20.0, "d": 15.0})
+    folds = fold_indices(flights, 2)
     assert sorted(i for f in folds for i in f) == list(range(5))
-    assert fold_indices(names, 5) == [[1], [3], [0], [4], [2]]
+    # longest first into the lightest fold: c | e, b | d, then a to the lighter (c+d 45 against e+b 45: fold 0)
+    assert [[flights[i].name for i in f] for f in folds] == [["c", "a", "d"], ["e", "b"]]
+    assert [sum(flights[i].duration for i in f) for f in folds] == [55.0, 45.0]
+    assert fold_indices(flights, 5) == [[0], [2], [3], [4], [1]]  # one each, longest first
+    with pytest.raises(ValueError):
+        fold_indices(flights, 6)
+
+
+def test_flights_of_equal_duration_fall_round_robin_in_name_order():
+    flights = flights_of({n: 60.0 for n in ("f", "b", "e", "a", "d", "c")})
+    folds = fold_indices(flights, 3)
+    assert [[flights[i].name for i in f] for f in folds] == [["a", "d"], ["b", "e"], ["f", "c"]]
 
 
 @pytest.fixture(scope="module")

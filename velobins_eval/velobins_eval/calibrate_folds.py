@@ -4,13 +4,13 @@ The per-axis factors (``axis_variance_factors``) follow how the flights move alo
 (docs/calibrate.md §2): on one simulated vehicle the factors its nine calibration flights gave cost its test flights
 4 % of fused AVE and 0.15 nats of fused NLL, and the factors' by-flight uncertainty alone does not say whether
 to keep them.
-This asks the calibration flights themselves: split them into K folds (flights sorted by name, fold i every K-th
-from the i-th), fit the factors on the other folds the way the stage fits them on all, and score each fold, never
-used in its own fit, at those factors and at the stage's start (the factors of ``--params``, 1 by default). The
-factors carry over when the held-out objective per update is lower at the folds' factors: K-fold cross-validation
-of "factors" against "no factors", with whole flights as the units, since the updates of one flight share its
-style. Each fold fits on (K−1)/K of the flights, so the check is harder on the factors than the fit on every
-flight would be on flights it never saw; it says whether flights like these pin the factors down, not whether
+This asks the calibration flights themselves: split them into K folds of near-equal duration (:func:`fold_indices`,
+the cross-fit's rule too), fit the factors on the other folds the way the stage fits them on all, and score each
+fold, never used in its own fit, at those factors and at the stage's start (the factors of ``--params``, 1 by
+default). The factors carry over when the held-out objective per update is lower at the folds' factors: K-fold
+cross-validation of "factors" against "no factors", with whole flights as the units, since the updates of one flight
+share its style. Each fold fits on (K−1)/K of the flights, so the check is harder on the factors than the fit on
+every flight would be on flights it never saw; it says whether flights like these pin the factors down, not whether
 flights of another kind will.
 """
 
@@ -20,16 +20,29 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from velobins_data.flight import Flight
+
 from .calibrate_fit import CalibrationFlight, Objective, Point
 
 DEFAULT_FOLDS = 3
 """Folds of the check (``--axis-folds``): each fold fits on two thirds of the flights; 0 skips the check."""
 
 
-def fold_indices(names: Sequence[str], k: int) -> list[list[int]]:
-    """Indices of ``names`` in ``k`` folds: sorted by name, fold i every k-th from the i-th (k ≤ len(names))."""
-    order = sorted(range(len(names)), key=lambda i: names[i])
-    return [sorted(order[i::k]) for i in range(k)]
+def fold_indices(flights: Sequence[Flight], k: int) -> list[list[int]]:
+    """Indices of ``flights`` in ``k`` folds of near-equal total duration (2 ≤ k ≤ len(flights)): longest flight first
+    into the lightest fold, every fold first given one; deterministic (ties by name, then fold number). Flights of
+    equal duration fall round robin in name order. The one rule by which ``calibrate`` splits flights into folds:
+    the cross-fit's (:func:`velobins_eval.calibrate_measure.assign_folds`) and the check's."""
+    if not 2 <= k <= len(flights):
+        raise ValueError(f"{k} folds of {len(flights)} flights")
+    order = sorted(range(len(flights)), key=lambda i: (-flights[i].duration, flights[i].name))
+    folds: list[list[int]] = [[] for _ in range(k)]
+    load = [0.0] * k
+    for i in order:
+        j = min(range(k), key=lambda f: (len(folds[f]) > 0, load[f], f))
+        folds[j].append(i)
+        load[j] += flights[i].duration
+    return [sorted(f) for f in folds]
 
 
 @dataclass
@@ -116,7 +129,7 @@ def check_folds(
         raise ValueError("check_folds needs two flights or more")
     total = sum(cf.flight.duration for cf in flights)
     folds, passes = [], 0.0
-    for i, held in enumerate(fold_indices([cf.flight.name for cf in flights], min(k, len(flights)))):
+    for i, held in enumerate(fold_indices([cf.flight for cf in flights], min(k, len(flights)))):
         scored = [flights[j] for j in held]
         rest = [cf for j, cf in enumerate(flights) if j not in held]
         point, fit_passes = fit(rest, i)

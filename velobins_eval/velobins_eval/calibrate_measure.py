@@ -33,6 +33,7 @@ from velobins_common.errors import OptionError, UserError
 from velobins_data.flight import Flight
 
 from .calibrate_fit import UNIT_AXES, CalibrationFlight
+from .calibrate_folds import fold_indices
 
 SELECTION_SHARE = 0.2
 """Share of each training flight's samples (its end) a fold model validates on to pick its checkpoint."""
@@ -105,20 +106,13 @@ def default_recipe(variant: str, flights: Sequence[Flight]):
 
 
 def assign_folds(flights: Sequence[Flight], k: int) -> list[list[int]]:
-    """Indices of ``flights`` in ``k`` folds of near-equal total duration (longest first into the lightest fold;
-    deterministic: ties by name, then fold number). Each fold holds at least one flight."""
+    """Indices of ``flights`` in the cross-fit's ``k`` folds (:func:`velobins_eval.calibrate_folds.fold_indices`: of
+    near-equal total duration, each holding at least one flight), or the option error of a ``k`` that cannot."""
     if k < 2:
         raise OptionError("--cross-fit", f"must be >= 2 folds, got {k}")
     if len(flights) < k:
         raise OptionError("--cross-fit", f"{k} folds need at least {k} flights, got {len(flights)}")
-    order = sorted(range(len(flights)), key=lambda i: (-flights[i].duration, flights[i].name))
-    folds: list[list[int]] = [[] for _ in range(k)]
-    load = [0.0] * k
-    for i in order:
-        j = min(range(k), key=lambda f: (len(folds[f]) > 0, load[f], f))  # every fold first gets one flight
-        folds[j].append(i)
-        load[j] += flights[i].duration
-    return [sorted(f) for f in folds]
+    return fold_indices(flights, k)
 
 
 def split_for_selection(flights: Sequence[Flight], window_s: float) -> tuple[list[Flight], list[Flight]]:

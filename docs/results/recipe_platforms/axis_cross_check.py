@@ -2,11 +2,11 @@
 variance factors carry over to the flights one will fly?
 
 Item 41 found the factors fitted on ``nano``'s nine calibration flights costing its test flights fused AVE, and
-those of NanoBench's nine helping its val flights. This splits the calibration flights into K folds (flights
-sorted by name, fold i every K-th from i), fits the three factors on the other folds by ``calibrate``'s objective
-(the fused velocity's posterior NLL per update, replayed offline from the estimates ``velobins evaluate`` saved with
-the factors at 1), and scores each held-out fold at its fold's factors and at 1. A sum over the held-out folds
-that is lower at the fold factors says the factors carry from flights to flights like these; then the test
+those of NanoBench's nine helping its val flights. This splits the calibration flights into K folds (``calibrate``'s
+rule: near-equal total duration, longest flight first), fits the three factors on the other folds by ``calibrate``'s
+objective (the fused velocity's posterior NLL per update, replayed offline from the estimates ``velobins evaluate``
+saved with the factors at 1), and scores each held-out fold at its fold's factors and at 1. A sum over the held-out
+folds that is lower at the fold factors says the factors carry from flights to flights like these; then the test
 flights (an outside check, never used to decide) are scored at 1 and at the factors fitted on every calibration
 flight. Usage:
 
@@ -123,7 +123,7 @@ def main(args: list[str]) -> int:
     held_fit = held_unit = 0.0
     updates = 0
     names = list(cal)
-    for i, held in enumerate(fold_indices(names, k)):  # calibrate's own folds
+    for i, held in enumerate(fold_indices(list(cal.values()), k)):  # calibrate's own folds
         fold = [names[j] for j in held]
         rest = [n for n in cal if n not in fold]
         z = replays.fit(rest)
