@@ -11,7 +11,11 @@ flights (an outside check, never used to decide) are scored at 1 and at the fact
 flight. Usage:
 
     python axis_cross_check.py FILTER.yaml... -- CAL_FLIGHTS CAL_EVAL TEST_FLIGHTS TEST_EVAL [--folds K]
-        [--dataset csv|nanobench]
+        [--dataset csv|nanobench] [--shrink]
+
+``--shrink`` (item 43) also scores the held-out folds at the folds' factors shrunk toward 1, k^a for a in
+:data:`SHRINK`, picks the a with the lowest held-out NLL, and scores the test flights at every a (the factors fitted
+on all calibration flights, shrunk): between "keep" (a = 1) and "set back" (a = 0), chosen the same way.
 
 FILTER.yaml are the parameter files of the evaluations (the IMU overlay, then the run's overlay).
 """
@@ -36,6 +40,8 @@ from velobins_eval.scoring import GroundTruth
 
 STEP = 0.3
 """First simplex step [decades] of the Nelder–Mead search in log10 factors (a factor 2)."""
+SHRINK = (0.0, 0.25, 0.5, 0.75, 1.0)
+"""Powers a of the factors ``--shrink`` scores (k^a: 0 is factors 1, 1 the fit)."""
 LIMIT = 2.0
 """|log10 factor| the search keeps within (``calibrate``'s own limits are wider; none of the fits here reach it)."""
 
@@ -102,6 +108,8 @@ def factors(z: np.ndarray) -> str:
 def main(args: list[str]) -> int:
     k = 3
     kind = "csv"
+    shrink = "--shrink" in args
+    args = [a for a in args if a != "--shrink"]
     for flag in ("--folds", "--dataset"):
         if flag in args:
             i = args.index(flag)
@@ -123,6 +131,7 @@ def main(args: list[str]) -> int:
     held_fit = held_unit = 0.0
     updates = 0
     names = list(cal)
+    held_at = dict.fromkeys(SHRINK, 0.0)
     for i, held in enumerate(fold_indices(list(cal.values()), k)):  # calibrate's own folds
         fold = [names[j] for j in held]
         rest = [n for n in cal if n not in fold]
@@ -130,6 +139,9 @@ def main(args: list[str]) -> int:
         at_fit, n = replays.nll(fold, z)
         at_unit, _ = replays.nll(fold, unit)
         held_fit, held_unit, updates = held_fit + at_fit, held_unit + at_unit, updates + n
+        if shrink:
+            for a in SHRINK:
+                held_at[a] += replays.nll(fold, a * z)[0]
         print(
             f"fold {i} ({', '.join(fold)}): factors {factors(z)} from the other {len(rest)} flights; held-out NLL"
             f" {at_unit / n:.4f} at 1 -> {at_fit / n:.4f}",
@@ -145,6 +157,17 @@ def main(args: list[str]) -> int:
     for label, z in (("1", unit), (factors(z_all), z_all)):
         ave, nll, inside = outside.figures(list(test), z)
         print(f"test flights at {label}: fused AVE {ave:.4f}, NLL {nll:.4f}, in bounds {inside:.1%}")
+    if shrink:
+        best = min(SHRINK, key=lambda a: held_at[a])
+        print("shrunk toward 1, k^a (held out: the folds' factors; test flights: every flight's):")
+        for a in SHRINK:
+            ave, nll, inside = outside.figures(list(test), a * z_all)
+            mark = "  <- held out's pick" if a == best else ""
+            print(
+                f"  a {a:.2f}: held-out NLL {held_at[a] / updates:.4f}; test flights at {factors(a * z_all)}: fused AVE"
+                f" {ave:.4f}, NLL {nll:.4f}, in bounds {inside:.1%}{mark}",
+                flush=True,
+            )
     return 0
 
 
