@@ -15,7 +15,7 @@ from velobins_data.sim.presets import get_preset
 from velobins_ekf.config import EkfConfig
 from velobins_eval.calibrate import axis_stage
 from velobins_eval.calibrate_fit import AXES, Point
-from velobins_eval.calibrate_folds import fold_indices
+from velobins_eval.calibrate_folds import Fold, FoldCheck, fold_indices
 
 
 def flights_of(durations: dict[str, float]) -> list[SimpleNamespace]:
@@ -39,6 +39,22 @@ def test_flights_of_equal_duration_fall_round_robin_in_name_order():
     flights = flights_of({n: 60.0 for n in ("f", "b", "e", "a", "d", "c")})
     folds = fold_indices(flights, 3)
     assert [[flights[i].name for i in f] for f in folds] == [["a", "d"], ["b", "e"], ["f", "c"]]
+
+
+def test_the_report_counts_the_folds_that_gain_and_says_when_they_disagree():
+    def check(*pairs: tuple[float, float]) -> FoldCheck:
+        folds = [Fold((f"f{i}",), (1.0, 1.0, 1.0), a, b, 100) for i, (a, b) in enumerate(pairs)]
+        return FoldCheck(folds, (1.0, 1.0, 1.0), passes=10)
+
+    split = check((-150.0, -160.0), (-200.0, -180.0), (-100.0, -120.0))  # two gain, one loses more: sum −450 → −460
+    assert split.carries and split.gaining == 2 and split.split
+    text = "\n".join(split.lines())
+    assert "-1.5000 -> -1.5333 nats/update (2 of 3 folds gain): they carry over" in text
+    assert "the folds disagree, so the verdict is weak" in text
+    agree = check((-150.0, -140.0), (-200.0, -190.0))
+    assert not agree.carries and agree.gaining == 0 and not agree.split
+    assert "(0 of 2 folds gain): they do not carry over" in "\n".join(agree.lines())
+    assert "disagree" not in "\n".join(agree.lines())
 
 
 @pytest.fixture(scope="module")

@@ -89,6 +89,17 @@ class FoldCheck:
     def carries(self) -> bool:
         return self.at_fit < self.at_start
 
+    @property
+    def gaining(self) -> int:
+        """Folds whose held-out objective is lower at their factors than at the start's."""
+        return sum(f.at_fit < f.at_start for f in self.folds)
+
+    @property
+    def split(self) -> bool:
+        """Whether the folds disagree (some gain, some lose): the verdict then rests on the sum's margin, which on
+        NanoBench turned with the choice of folds (recipe item 43)."""
+        return 0 < self.gaining < len(self.folds)
+
     def lines(self) -> list[str]:
         """The check's report: one line per fold and the verdict."""
         start = ", ".join(f"{k:.3g}" for k in self.start)
@@ -108,8 +119,14 @@ class FoldCheck:
             "fit unchecked; docs/calibrate.md §2)"
         )
         out.append(
-            f"  held out, {self.updates} updates: {self.at_start:.4f} -> {self.at_fit:.4f} {self.unit}: {verdict}"
+            f"  held out, {self.updates} updates: {self.at_start:.4f} -> {self.at_fit:.4f} {self.unit} "
+            f"({self.gaining} of {len(self.folds)} folds gain): {verdict}"
         )
+        if self.split:
+            out.append(
+                "  the folds disagree, so the verdict is weak: other folds of these flights may give the other one; "
+                "score both on flights held out from calibrate before you fly (docs/calibrate.md §2)"
+            )
         return out
 
 
