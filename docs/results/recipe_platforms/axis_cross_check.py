@@ -11,11 +11,18 @@ flights (an outside check, never used to decide) are scored at 1 and at the fact
 flight. Usage:
 
     python axis_cross_check.py FILTER.yaml... -- CAL_FLIGHTS CAL_EVAL TEST_FLIGHTS TEST_EVAL [--folds K]
-        [--dataset csv|nanobench] [--shrink]
+        [--dataset csv|nanobench] [--shrink] [--repeats R]
 
 ``--shrink`` (item 43) also scores the held-out folds at the folds' factors shrunk toward 1, k^a for a in
 :data:`SHRINK`, picks the a with the lowest held-out NLL, and scores the test flights at every a (the factors fitted
 on all calibration flights, shrunk): between "keep" (a = 1) and "set back" (a = 0), chosen the same way.
+
+``--repeats R`` (item 44) runs the check on R splits of the calibration flights into K folds: ``calibrate``'s
+split, then R − 1 others drawn at random (seed :data:`SEED`) among those with the same fold sizes whose fold durations
+differ by no more than :data:`BALANCE` of a fold's mean (or the first split's spread, if larger). It prints each
+split's verdict, the verdict of the held-out objective summed over all splits (repeated K-fold cross-validation),
+and each flight's gain averaged over the splits: does averaging over splits decide where one split's verdict turns
+with the folds?
 
 FILTER.yaml are the parameter files of the evaluations (the IMU overlay, then the run's overlay).
 """
@@ -42,6 +49,10 @@ STEP = 0.3
 """First simplex step [decades] of the Nelder–Mead search in log10 factors (a factor 2)."""
 SHRINK = (0.0, 0.25, 0.5, 0.75, 1.0)
 """Powers a of the factors ``--shrink`` scores (k^a: 0 is factors 1, 1 the fit)."""
+SEED = 44
+"""Seed of the splits ``--repeats`` draws after ``calibrate``'s own."""
+BALANCE = 0.1
+"""Spread of fold durations (max − min, as a share of a fold's mean) a drawn split may have."""
 LIMIT = 2.0
 """|log10 factor| the search keeps within (``calibrate``'s own limits are wider; none of the fits here reach it)."""
 
@@ -101,6 +112,32 @@ class Replays:
         return res.x
 
 
+def other_splits(flights: list[Flight], first: list[list[int]], count: int) -> list[list[list[int]]]:
+    """``count`` splits of ``flights`` (or as many as 20000 draws find) unlike ``first`` and each other, with the fold
+    sizes of ``first`` and fold durations within :data:`BALANCE` of a fold's mean (or ``first``'s spread)."""
+    sizes = [len(f) for f in first]
+    durations = np.array([f.duration for f in flights])
+
+    def spread(split: list[list[int]]) -> float:
+        load = [durations[f].sum() for f in split]
+        return (max(load) - min(load)) / np.mean(load)
+
+    tolerance = max(BALANCE, spread(first))
+    seen = {frozenset(frozenset(f) for f in first)}
+    rng = np.random.default_rng(SEED)
+    out: list[list[list[int]]] = []
+    for _ in range(20000):
+        if len(out) == count:
+            break
+        order = rng.permutation(len(flights))
+        split = [sorted(int(i) for i in order[sum(sizes[:j]) : sum(sizes[: j + 1])]) for j in range(len(sizes))]
+        key = frozenset(frozenset(f) for f in split)
+        if key not in seen and spread(split) <= tolerance:
+            seen.add(key)
+            out.append(split)
+    return out
+
+
 def factors(z: np.ndarray) -> str:
     return "(" + ", ".join(f"{10.0**v:.3g}" for v in z) + ")"
 
@@ -108,13 +145,16 @@ def factors(z: np.ndarray) -> str:
 def main(args: list[str]) -> int:
     k = 3
     kind = "csv"
+    repeats = 1
     shrink = "--shrink" in args
     args = [a for a in args if a != "--shrink"]
-    for flag in ("--folds", "--dataset"):
+    for flag in ("--folds", "--dataset", "--repeats"):
         if flag in args:
             i = args.index(flag)
             if flag == "--folds":
                 k = int(args[i + 1])
+            elif flag == "--repeats":
+                repeats = int(args[i + 1])
             else:
                 kind = args[i + 1]
             args = args[:i] + args[i + 2 :]
@@ -128,29 +168,63 @@ def main(args: list[str]) -> int:
         return _fail(f"{cal_dir}: {len(cal)} flights for {k} folds")
     replays = Replays(cal, saved_updates(cal_eval, cal), config)
     unit = np.zeros(3)
-    held_fit = held_unit = 0.0
-    updates = 0
     names = list(cal)
+    first = fold_indices(list(cal.values()), k)  # calibrate's own folds
+    splits = [first, *other_splits(list(cal.values()), first, repeats - 1)]
     held_at = dict.fromkeys(SHRINK, 0.0)
-    for i, held in enumerate(fold_indices(list(cal.values()), k)):  # calibrate's own folds
-        fold = [names[j] for j in held]
-        rest = [n for n in cal if n not in fold]
-        z = replays.fit(rest)
-        at_fit, n = replays.nll(fold, z)
-        at_unit, _ = replays.nll(fold, unit)
-        held_fit, held_unit, updates = held_fit + at_fit, held_unit + at_unit, updates + n
-        if shrink:
-            for a in SHRINK:
-                held_at[a] += replays.nll(fold, a * z)[0]
+    flight_gain = dict.fromkeys(names, 0.0)  # summed over splits: NLL at 1 minus at the fold's factors, per update
+    sums = np.zeros(3)  # over splits: held-out NLL at 1, at the folds' factors, updates
+    ave_sums = np.zeros(2)  # over splits: held-out fused AVE terms at 1, at the folds' factors
+    carried = 0
+    ave_before = np.zeros(2)
+    for r, folds in enumerate(splits):
+        held_fit = held_unit = 0.0
+        updates = gaining = 0
+        for i, held in enumerate(folds):
+            fold = [names[j] for j in held]
+            rest = [n for n in cal if n not in fold]
+            z = replays.fit(rest)
+            at_fit, n = replays.nll(fold, z)
+            at_unit, _ = replays.nll(fold, unit)
+            held_fit, held_unit, updates = held_fit + at_fit, held_unit + at_unit, updates + n
+            gaining += at_fit < at_unit
+            for col, zz in ((0, unit), (1, z)):  # fused AVE, summed over the held-out updates
+                ave_sums[col] += sum(replays.errors(name, zz)[2].sum() for name in fold)
+            for name in fold:
+                (u_sum, m), (f_sum, _) = replays.nll([name], unit), replays.nll([name], z)
+                flight_gain[name] += (u_sum - f_sum) / m
+            if shrink and r == 0:
+                for a in SHRINK:
+                    held_at[a] += replays.nll(fold, a * z)[0]
+            print(
+                f"{'' if r == 0 else f'split {r} '}fold {i} ({', '.join(fold)}): factors {factors(z)} from the other"
+                f" {len(rest)} flights; held-out NLL {at_unit / n:.4f} at 1 -> {at_fit / n:.4f}",
+                flush=True,
+            )
+        carried += held_fit < held_unit
+        sums += (held_unit, held_fit, updates)
+        split_ave = (ave_sums - ave_before) / updates
+        ave_before = ave_sums.copy()
+        verdict = "carry over" if held_fit < held_unit else "do not carry over"
         print(
-            f"fold {i} ({', '.join(fold)}): factors {factors(z)} from the other {len(rest)} flights; held-out NLL"
-            f" {at_unit / n:.4f} at 1 -> {at_fit / n:.4f}",
+            f"{'' if r == 0 else f'split {r}: '}held out, {updates} updates: NLL {held_unit / updates:.4f} at 1 ->"
+            f" {held_fit / updates:.4f} ({gaining} of {len(folds)} folds gain): the factors {verdict}; fused AVE"
+            f" {split_ave[0]:.4f} at 1 -> {split_ave[1]:.4f}",
             flush=True,
         )
-    gain = (held_unit - held_fit) / updates
-    verdict = "carry over" if gain > 0 else "do not carry over"
-    before, after = held_unit / updates, held_fit / updates
-    print(f"held out, {updates} updates: NLL {before:.4f} at 1 -> {after:.4f}: the factors {verdict}")
+        if r == 0:
+            first_updates = updates
+    if repeats > 1:
+        verdict = "carry over" if sums[1] < sums[0] else "do not carry over"
+        print(
+            f"over {len(splits)} splits, {int(sums[2])} held-out updates: NLL {sums[0] / sums[2]:.4f} at 1 ->"
+            f" {sums[1] / sums[2]:.4f} ({carried} of {len(splits)} splits carry): the factors {verdict}; fused AVE"
+            f" {ave_sums[0] / sums[2]:.4f} at 1 -> {ave_sums[1] / sums[2]:.4f}"
+        )
+        ranked = sorted(names, key=lambda n: -flight_gain[n])
+        gains = ", ".join(f"{n} {flight_gain[n] / len(splits):+.3f}" for n in ranked)
+        gained = sum(flight_gain[n] > 0 for n in names)
+        print(f"each flight's held-out gain [nats/update], mean over the splits ({gained} of {len(names)}): {gains}")
     z_all = replays.fit(list(cal))
     print(f"every calibration flight: factors {factors(z_all)}, NLL {replays.figures(list(cal), z_all)[1]:.4f}")
     outside = Replays(test, saved_updates(test_eval, test), config)
@@ -164,8 +238,8 @@ def main(args: list[str]) -> int:
             ave, nll, inside = outside.figures(list(test), a * z_all)
             mark = "  <- held out's pick" if a == best else ""
             print(
-                f"  a {a:.2f}: held-out NLL {held_at[a] / updates:.4f}; test flights at {factors(a * z_all)}: fused AVE"
-                f" {ave:.4f}, NLL {nll:.4f}, in bounds {inside:.1%}{mark}",
+                f"  a {a:.2f}: held-out NLL {held_at[a] / first_updates:.4f}; test flights at {factors(a * z_all)}:"
+                f" fused AVE {ave:.4f}, NLL {nll:.4f}, in bounds {inside:.1%}{mark}",
                 flush=True,
             )
     return 0
