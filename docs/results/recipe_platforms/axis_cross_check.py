@@ -22,7 +22,8 @@ split, then R − 1 others drawn at random (seed :data:`SEED`) among those with 
 differ by no more than :data:`BALANCE` of a fold's mean (or the first split's spread, if larger). It prints each
 split's verdict, the verdict of the held-out objective summed over all splits (repeated K-fold cross-validation),
 and each flight's gain averaged over the splits: does averaging over splits decide where one split's verdict turns
-with the folds?
+with the folds? Every split's line also gives the held-out fused AVE (pooled over the held-out updates) at 1
+and at the folds' factors, a score the factors' fit does not use.
 
 FILTER.yaml are the parameter files of the evaluations (the IMU overlay, then the run's overlay).
 """
