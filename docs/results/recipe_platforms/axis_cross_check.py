@@ -174,53 +174,49 @@ def main(args: list[str]) -> int:
     splits = [first, *other_splits(list(cal.values()), first, repeats - 1)]
     held_at = dict.fromkeys(SHRINK, 0.0)
     flight_gain = dict.fromkeys(names, 0.0)  # summed over splits: NLL at 1 minus at the fold's factors, per update
-    sums = np.zeros(3)  # over splits: held-out NLL at 1, at the folds' factors, updates
-    ave_sums = np.zeros(2)  # over splits: held-out fused AVE terms at 1, at the folds' factors
+    totals = np.zeros(5)  # over splits: held-out NLL at 1, at the folds' factors, fused AVE terms at both, updates
     carried = 0
-    ave_before = np.zeros(2)
     for r, folds in enumerate(splits):
-        held_fit = held_unit = 0.0
-        updates = gaining = 0
+        in_split = np.zeros(5)  # as totals, this split's
+        gaining = 0
         for i, held in enumerate(folds):
             fold = [names[j] for j in held]
             rest = [n for n in cal if n not in fold]
             z = replays.fit(rest)
-            at_fit, n = replays.nll(fold, z)
-            at_unit, _ = replays.nll(fold, unit)
-            held_fit, held_unit, updates = held_fit + at_fit, held_unit + at_unit, updates + n
-            gaining += at_fit < at_unit
-            for col, zz in ((0, unit), (1, z)):  # fused AVE, summed over the held-out updates
-                ave_sums[col] += sum(replays.errors(name, zz)[2].sum() for name in fold)
+            terms = np.zeros(5)  # as totals, this fold's, summed over its flights
             for name in fold:
-                (u_sum, m), (f_sum, _) = replays.nll([name], unit), replays.nll([name], z)
-                flight_gain[name] += (u_sum - f_sum) / m
+                (at_unit, m), (at_fit, _) = replays.nll([name], unit), replays.nll([name], z)
+                flight_gain[name] += (at_unit - at_fit) / m
+                aves = (replays.errors(name, unit)[2].sum(), replays.errors(name, z)[2].sum())
+                terms += (at_unit, at_fit, *aves, m)
+            in_split += terms
+            gaining += terms[1] < terms[0]
             if shrink and r == 0:
                 for a in SHRINK:
                     held_at[a] += replays.nll(fold, a * z)[0]
             print(
                 f"{'' if r == 0 else f'split {r} '}fold {i} ({', '.join(fold)}): factors {factors(z)} from the other"
-                f" {len(rest)} flights; held-out NLL {at_unit / n:.4f} at 1 -> {at_fit / n:.4f}",
+                f" {len(rest)} flights; held-out NLL {terms[0] / terms[4]:.4f} at 1 -> {terms[1] / terms[4]:.4f}",
                 flush=True,
             )
-        carried += held_fit < held_unit
-        sums += (held_unit, held_fit, updates)
-        split_ave = (ave_sums - ave_before) / updates
-        ave_before = ave_sums.copy()
-        verdict = "carry over" if held_fit < held_unit else "do not carry over"
+        carried += in_split[1] < in_split[0]
+        totals += in_split
+        verdict = "carry over" if in_split[1] < in_split[0] else "do not carry over"
+        nll_unit, nll_fit, ave_unit, ave_fit = in_split[:4] / in_split[4]
         print(
-            f"{'' if r == 0 else f'split {r}: '}held out, {updates} updates: NLL {held_unit / updates:.4f} at 1 ->"
-            f" {held_fit / updates:.4f} ({gaining} of {len(folds)} folds gain): the factors {verdict}; fused AVE"
-            f" {split_ave[0]:.4f} at 1 -> {split_ave[1]:.4f}",
+            f"{'' if r == 0 else f'split {r}: '}held out, {int(in_split[4])} updates: NLL {nll_unit:.4f} at 1 ->"
+            f" {nll_fit:.4f} ({gaining} of {len(folds)} folds gain): the factors {verdict}; fused AVE"
+            f" {ave_unit:.4f} at 1 -> {ave_fit:.4f}",
             flush=True,
         )
-        if r == 0:
-            first_updates = updates
+    updates = totals[4] / len(splits)  # every split holds out every flight once
     if repeats > 1:
-        verdict = "carry over" if sums[1] < sums[0] else "do not carry over"
+        verdict = "carry over" if totals[1] < totals[0] else "do not carry over"
+        nll_unit, nll_fit, ave_unit, ave_fit = totals[:4] / totals[4]
         print(
-            f"over {len(splits)} splits, {int(sums[2])} held-out updates: NLL {sums[0] / sums[2]:.4f} at 1 ->"
-            f" {sums[1] / sums[2]:.4f} ({carried} of {len(splits)} splits carry): the factors {verdict}; fused AVE"
-            f" {ave_sums[0] / sums[2]:.4f} at 1 -> {ave_sums[1] / sums[2]:.4f}"
+            f"over {len(splits)} splits, {int(totals[4])} held-out updates: NLL {nll_unit:.4f} at 1 ->"
+            f" {nll_fit:.4f} ({carried} of {len(splits)} splits carry): the factors {verdict}; fused AVE"
+            f" {ave_unit:.4f} at 1 -> {ave_fit:.4f}"
         )
         ranked = sorted(names, key=lambda n: -flight_gain[n])
         gains = ", ".join(f"{n} {flight_gain[n] / len(splits):+.3f}" for n in ranked)
@@ -239,7 +235,7 @@ def main(args: list[str]) -> int:
             ave, nll, inside = outside.figures(list(test), a * z_all)
             mark = "  <- held out's pick" if a == best else ""
             print(
-                f"  a {a:.2f}: held-out NLL {held_at[a] / first_updates:.4f}; test flights at {factors(a * z_all)}:"
+                f"  a {a:.2f}: held-out NLL {held_at[a] / updates:.4f}; test flights at {factors(a * z_all)}:"
                 f" fused AVE {ave:.4f}, NLL {nll:.4f}, in bounds {inside:.1%}{mark}",
                 flush=True,
             )
