@@ -57,6 +57,29 @@ def test_the_report_counts_the_folds_that_gain_and_says_when_they_disagree():
     assert "disagree" not in "\n".join(agree.lines())
 
 
+def test_a_verdict_the_held_out_fused_ave_contradicts_is_reported_as_weak():
+    """The fused AVE of the same held-out folds is printed beside the objective; where it falls while the objective
+    says "does not carry over" (or rises while it says "carries") the verdict is called weak, and it stays the
+    objective's."""
+
+    def check(ave_start: float | None, ave_fit: float | None) -> FoldCheck:
+        folds = [Fold(("f0",), (1.0, 1.0, 1.0), -150.0, -140.0, 100, ave_start, ave_fit)]  # the objective rises
+        return FoldCheck(folds, (1.0, 1.0, 1.0), passes=10)
+
+    contradicted = check(30.0, 25.0)  # fused AVE 0.30 -> 0.25 m/s: the factors would have gained
+    text = "\n".join(contradicted.lines())
+    assert not contradicted.carries and contradicted.scores_disagree and not contradicted.split
+    assert contradicted.ave == pytest.approx((0.30, 0.25))
+    assert "f0: factors 1, 1, 1; -1.5000 -> -1.4000 nats/update; fused AVE 0.3000 -> 0.2500 m/s" in text
+    assert "(0 of 1 folds gain), fused AVE 0.3000 -> 0.2500 m/s: they do not carry over" in text
+    assert "the held-out fused AVE says the other, so the verdict is weak" in text
+    agreeing = check(30.0, 35.0)
+    assert not agreeing.scores_disagree and "weak" not in "\n".join(agreeing.lines())
+    unscored = check(None, None)  # the objective is the fused AVE itself: one score
+    assert unscored.ave is None and not unscored.scores_disagree
+    assert "fused AVE" not in "\n".join(unscored.lines())
+
+
 @pytest.fixture(scope="module")
 def filter_point() -> Point:
     """The simulator's IMU noise, s 1, factors 1: the stage's start."""
@@ -86,6 +109,10 @@ def test_factors_every_flight_shares_carry_over_and_are_kept(calibration_flights
     stage = axis_stage(flights, filter_point, AXES, stage_args(2), lambda _: None)
     text = "\n".join(stage.lines)
     assert "held out by flight (2 folds" in text and "they carry over, so the fit on every flight is kept" in text
+    held = next(line for line in stage.lines if line.startswith("  held out, "))
+    before, after = (float(x) for x in held.split("fused AVE ")[1].split(" m/s")[0].split(" -> "))
+    assert after < before, held  # the factors that carry over improve the fused estimate too: no weak verdict
+    assert not any("weak" in line for line in stage.lines)
     axes = stage.point.axes
     assert axes[0] < 1.0 < axes[2], axes
     assert stage.values == dict(zip(AXES, axes, strict=True)) and "kept at the start's" not in stage.label
