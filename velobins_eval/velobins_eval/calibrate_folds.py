@@ -14,7 +14,7 @@ every flight would be on flights it never saw; it says whether flights like thes
 flights of another kind will.
 
 Beside the objective each fold is scored by the fused AVE too (the ``accuracy`` terms, a score the fit does not
-use), which only the report shows: on the study's eight runs the two scores of the held-out folds disagreed on
+use), which only the report shows: on the study's ten runs the two scores of the held-out folds disagreed on
 three, and there each was wrong at least once (recipe items 44 and 45), so a verdict they disagree on is reported
 as weak, like one the folds disagree on, and the verdict itself stays the objective's, which errs toward the start.
 """
