@@ -80,6 +80,40 @@ def test_a_verdict_the_held_out_fused_ave_contradicts_is_reported_as_weak():
     assert "fused AVE" not in "\n".join(unscored.lines())
 
 
+def test_the_fused_ave_decides_with_axis_check_by_accuracy():
+    """``by`` accuracy: the held-out fused AVE decides, counts the folds that gain, and the objective's contrary
+    verdict is what makes it weak; without the folds' AVE (the objective is the AVE) the objective decides."""
+    folds = [
+        Fold(("f0",), (1.0, 1.0, 1.0), -150.0, -140.0, 100, 30.0, 25.0),  # the objective rises, the AVE falls
+        Fold(("f1",), (1.0, 1.0, 1.0), -200.0, -190.0, 100, 20.0, 21.0),  # both rise
+    ]
+    by_ave = FoldCheck(folds, (1.0, 1.0, 1.0), passes=10, by="accuracy")
+    assert by_ave.carries and by_ave.gaining == 1 and by_ave.split and by_ave.scores_disagree
+    text = "\n".join(by_ave.lines())
+    assert "-1.7500 -> -1.6500 nats/update, fused AVE 0.2500 -> 0.2300 m/s (1 of 2 folds gain): " in text
+    assert "gain): by the held-out fused AVE (--axis-check-by accuracy), they carry over" in text
+    assert "the folds disagree and the held-out objective says the other, so the verdict is weak" in text
+    by_objective = FoldCheck(folds, (1.0, 1.0, 1.0), passes=10)
+    assert not by_objective.carries and by_objective.gaining == 0 and not by_objective.split
+    assert "the held-out fused AVE says the other" in "\n".join(by_objective.lines())
+    one_score = FoldCheck([Fold(("f0",), (1.0, 1.0, 1.0), -150.0, -140.0, 100)], (1.0, 1.0, 1.0), 10, by="accuracy")
+    assert not one_score.by_ave and not one_score.carries
+    with pytest.raises(ValueError):
+        FoldCheck(folds, (1.0, 1.0, 1.0), passes=10, by="nees")
+
+
+def test_the_stage_keeps_what_the_fused_ave_keeps(calibration_flights, filter_point):
+    """The flights of the test below, checked by the fused AVE: the verdict follows the held-out fused AVE."""
+    flights = skewed(calibration_flights, [np.array([4.0, 1.0, 4.0]), np.ones(3)])
+    stage = axis_stage(flights, filter_point, AXES, stage_args(2, "accuracy"), lambda _: None)
+    held = next(line for line in stage.lines if line.startswith("  held out, "))
+    before, after = (float(x) for x in held.split("fused AVE ")[1].split(" m/s")[0].split(" -> "))
+    assert "by the held-out fused AVE (--axis-check-by accuracy)" in held
+    kept_fit = "they carry over" in held
+    assert kept_fit == (after < before), held
+    assert (stage.point.axes == (1.0, 1.0, 1.0)) != kept_fit
+
+
 @pytest.fixture(scope="module")
 def filter_point() -> Point:
     """The simulator's IMU noise, s 1, factors 1: the stage's start."""
@@ -97,9 +131,11 @@ def skewed(flights, factors, seed: int = 3):
     ]
 
 
-def stage_args(folds: int) -> argparse.Namespace:
+def stage_args(folds: int, by: str = "objective") -> argparse.Namespace:
     """The options ``axis_stage`` reads, at a coarse search."""
-    return argparse.Namespace(objective="posterior", workers=1, grid_points=1, max_evals=25, axis_folds=folds)
+    return argparse.Namespace(
+        objective="posterior", workers=1, grid_points=1, max_evals=25, axis_folds=folds, axis_check_by=by
+    )
 
 
 def test_factors_every_flight_shares_carry_over_and_are_kept(calibration_flights, filter_point):

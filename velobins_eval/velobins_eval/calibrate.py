@@ -356,7 +356,7 @@ def axis_stage(flights: list, point: Point, names: Sequence[str], args: argparse
 
     Then, with ``--axis-folds`` K ≥ 2 and two flights or more, the check by folds of flights
     (:mod:`velobins_eval.calibrate_folds`): where factors fitted on the other flights raise the held-out flights'
-    objective, the stage keeps ``point``'s factors and says why."""
+    objective (or their fused AVE, ``--axis-check-by accuracy``), the stage keeps ``point``'s factors and says why."""
     data = folded(flights, point.ratio)
     label = f"per-axis variance factors on its estimates (s {point.scale:.4g}, b {point.disagreement:.4g} held)"
     stage = run_stage(label, data, point, names, args, log)
@@ -369,7 +369,7 @@ def axis_stage(flights: list, point: Point, names: Sequence[str], args: argparse
         st = run_stage(f"{label}, fold {i} held out", rest, point, names, args, log, uncertainty=False)
         return st.point, st.passes
 
-    check = check_folds(data, point, args.axis_folds, fit, args.objective, args.workers)
+    check = check_folds(data, point, args.axis_folds, fit, args.objective, args.workers, args.axis_check_by)
     final = kept(point, check, stage.point)
     return dataclasses.replace(
         stage,
