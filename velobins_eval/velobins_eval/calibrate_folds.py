@@ -36,7 +36,7 @@ SECOND_SCORE = "accuracy"
 CHECK_SCORES = ("objective", "accuracy")
 """``--axis-check-by`` values: the score of the held-out folds that decides (the fit's objective, or fused AVE)."""
 DEFAULT_CHECK_SCORE = "objective"
-"""The objective decides by default: it errs toward the start (in four runs of twelve it set back factors that the
+"""The objective decides by default: it errs toward the start (in five runs of twelve it set back factors that the
 fused AVE kept, never the other way; recipe item 45), and on the simulated runs it was right the more often."""
 DEFAULT_FOLDS = 3
 """Folds of the check (``--axis-folds``): each fold fits on two thirds of the flights; 0 skips the check."""
