@@ -256,7 +256,11 @@ class EkfNode(Node):
         # drops during the start-up grace (a first velocity older than the filter's start) are expected: INFO
         self.drops.quiet = lambda: self.health.base.diagnostics.starting(time.monotonic())
         self.drops.extra = self.health.all_drops  # the stop summary names the filter's refusals too (filter_*)
-        self.get_logger().info(f"EKF ready: init_mode={cfg.init_mode}, publishing {self.out.odom_pub.topic_name}")
+        noise = self.filter_config  # the effective densities: what a params_file overlay set is visible in the log
+        self.get_logger().info(
+            f"EKF ready: init_mode={cfg.init_mode}, filter.acc_noise_density={noise.acc_noise_density:g}, "
+            f"filter.gyro_noise_density={noise.gyro_noise_density:g}, publishing {self.out.odom_pub.topic_name}"
+        )
 
     @property
     def odom_frame(self) -> str:
